@@ -1,0 +1,16 @@
+// zllm_core._native: one pybind11 module; each source file registers its own part.
+#include <pybind11/pybind11.h>
+
+namespace zllm {
+void register_block_hash(pybind11::module_& m);
+}  // namespace zllm
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "zllm_core native hot paths (block hashing, BPE, kernels)";
+  zllm::register_block_hash(m);
+#ifdef ZLLM_WITH_CUDA
+  m.attr("with_cuda") = true;
+#else
+  m.attr("with_cuda") = false;
+#endif
+}

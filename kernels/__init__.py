@@ -1,0 +1,1 @@
+"""Triton kernels, shipped as ``zllm_core.kernels``."""

@@ -1,0 +1,115 @@
+"""Paged KV storage: per-layer K/V tensors carved into fixed-size blocks, with reference counts.
+
+A block's owners (running sequences, the prefix index) each hold one reference; a block
+returns to the free list when the last one lets go.  The pool knows nothing about tokens
+or hashes: it is storage and ownership only.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+    block_size: int = 16
+
+    @property
+    def bytes_per_block(self) -> int:
+        """K and V of every layer for one block."""
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.num_layers * self.block_size * self.num_kv_heads * self.head_dim * elem
+
+
+class OutOfBlocks(RuntimeError):
+    """The pool cannot satisfy an allocation; callers reclaim or preempt, then retry."""
+
+
+class BlockPool:
+    def __init__(self, layout: KVLayout, num_blocks: int, device: torch.device | str = "cpu"):
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        self.layout = layout
+        self.num_blocks = num_blocks
+        shape = (num_blocks, layout.block_size, layout.num_kv_heads, layout.head_dim)
+        self.kv_caches = [(torch.zeros(shape, dtype=layout.dtype, device=device),
+                           torch.zeros(shape, dtype=layout.dtype, device=device))
+                          for _ in range(layout.num_layers)]
+        self.ref_counts = [0] * num_blocks
+        self._free: deque[int] = deque(range(num_blocks))
+
+    @classmethod
+    def from_budget(cls, layout: KVLayout, budget_bytes: int, device: torch.device | str = "cpu") -> "BlockPool":
+        num_blocks = budget_bytes // layout.bytes_per_block
+        if num_blocks < 1:
+            raise ValueError(f"KV budget of {budget_bytes} bytes holds no block of {layout.bytes_per_block} bytes")
+        return cls(layout, num_blocks, device)
+
+    @property
+    def block_size(self) -> int:
+        return self.layout.block_size
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes the pool's tensors really occupy."""
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv_caches)
+
+    @property
+    def used_bytes(self) -> int:
+        return self.num_used * self.layout.bytes_per_block
+
+    def is_empty(self) -> bool:
+        return len(self._free) == self.num_blocks and not any(self.ref_counts)
+
+    def allocate(self, n: int) -> list[int]:
+        if n > len(self._free):
+            raise OutOfBlocks(f"need {n} blocks, {len(self._free)} free")
+        ids = [self._free.popleft() for _ in range(n)]
+        for b in ids:
+            self.ref_counts[b] = 1
+        return ids
+
+    def incref(self, block_ids: list[int]) -> None:
+        for b in block_ids:
+            if self.ref_counts[b] <= 0:
+                raise ValueError(f"block {b} is free; it cannot be shared")
+            self.ref_counts[b] += 1
+
+    def free(self, block_ids: list[int]) -> None:
+        """Drop one reference from each block; a block with none left is free again."""
+        for b in block_ids:
+            if self.ref_counts[b] <= 0:
+                raise ValueError(f"block {b} freed more often than it was referenced")
+            self.ref_counts[b] -= 1
+            if self.ref_counts[b] == 0:
+                self._free.append(b)
+
+    def fork(self, block_ids: list[int]) -> list[int]:
+        """A second owner of the same blocks (e.g. a branch of a conversation): no copy."""
+        self.incref(block_ids)
+        return list(block_ids)
+
+    def copy_on_write(self, block_id: int) -> int:
+        """Before writing into a shared block: give the writer its own copy."""
+        if self.ref_counts[block_id] == 1:
+            return block_id
+        (new,) = self.allocate(1)
+        for k, v in self.kv_caches:
+            k[new].copy_(k[block_id])
+            v[new].copy_(v[block_id])
+        self.free([block_id])
+        return new

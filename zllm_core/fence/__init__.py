@@ -1,0 +1,1 @@
+"""zllm_core.fence"""
