@@ -1,0 +1,131 @@
+"""The one form every protocol is converted into before the engine, and the output it gets back.
+
+A `CanonicalRequest` is ordered messages + function tools + a tool choice + sampling: the
+protocol adapters build it, the prompt builder templates it, and nothing past this point knows
+which protocol a request came from. Output flows back as the dialect parser's stream events
+(text, reasoning, tool-call start/args/end) followed by one `Finish`.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+from zllm_core.dialects.conversation import FunctionTool, Message, ToolCall
+from zllm_core.dialects.stream import (
+    ReasoningDelta,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from zllm_core.engine.sampling_params import SamplingParams
+
+__all__ = [
+    "CanonicalRequest", "Finish", "Output", "RequestError", "FunctionTool", "Message", "OutputEvent", "ReasoningDelta",
+    "SamplingParams", "TextDelta", "ToolCall", "ToolCallArgsDelta", "ToolCallEnd",
+    "ToolCallStart", "ToolChoice", "Usage", "arguments_text", "new_id", "sampling",
+]
+
+OutputEvent = Union[TextDelta, ReasoningDelta, ToolCallStart, ToolCallArgsDelta, ToolCallEnd]
+
+
+def new_id(prefix: str) -> str:
+    """A protocol object id (`chatcmpl-…`, `resp_…`, `msg_…`); random so ids never collide across restarts."""
+    return f"{prefix}{secrets.token_hex(12)}"
+
+
+class RequestError(Exception):
+    """A request the protocol rejects; the server renders it in that protocol's error shape."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400,
+                 code: str | None = None):
+        super().__init__(message)
+        self.message, self.param, self.status, self.code = message, param, status, code
+
+
+def arguments_text(arguments: dict) -> str:
+    """Tool-call arguments that arrive as an object (Anthropic tool_use.input) as JSON text.
+
+    One serialization for every protocol, so the same call echoed back through any of them
+    renders the same prompt tokens.
+    """
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def sampling(**fields) -> SamplingParams:
+    """SamplingParams from request fields; its own validation failures become 400s."""
+    try:
+        return SamplingParams(**fields)
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """none: the model must not call; auto: it may; required: it must call one; named: it must call `name`."""
+
+    mode: Literal["none", "auto", "required", "named"] = "auto"
+    name: str | None = None
+    parallel: bool = True
+
+
+@dataclass
+class CanonicalRequest:
+    messages: list[Message]
+    tools: list[FunctionTool]
+    sampling: SamplingParams
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    stream: bool = False
+    # Lookup hint for the prefix cache (prompt_cache_key, previous response chain); never proof.
+    cache_key: str | None = None
+    # Whether the template should open a reasoning section (None: the template's default).
+    thinking: bool | None = None
+    max_tokens_requested: int | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The last event of every generation. reason: stop | length | tool_calls | abort."""
+
+    reason: str
+    usage: Usage
+
+
+@dataclass
+class Output:
+    """A finished generation gathered from the event stream (the non-streaming responses use it)."""
+
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    _by_index: dict[int, ToolCall] = field(default_factory=dict, repr=False)
+
+    def add(self, event: OutputEvent) -> None:
+        if isinstance(event, TextDelta):
+            self.text += event.text
+        elif isinstance(event, ReasoningDelta):
+            self.reasoning += event.text
+        elif isinstance(event, ToolCallStart):
+            call = ToolCall(id=event.id, name=event.name, arguments="")
+            self._by_index[event.index] = call
+            self.tool_calls.append(call)
+        elif isinstance(event, ToolCallArgsDelta):
+            self._by_index[event.index].arguments += event.delta
+
+    def as_message(self) -> Message:
+        """The assistant turn as it re-enters a later prompt (previous_response_id chains)."""
+        return Message(role="assistant", content=self.text, reasoning=self.reasoning or None,
+                       tool_calls=list(self.tool_calls))

@@ -1,0 +1,218 @@
+"""OpenAI Chat Completions: request model, conversion to the canonical form, and the chunk stream.
+
+Chat is the closest protocol to the canonical form: messages map one to one. The stream keeps each
+tool call's index stable, sends its id and name once on the first chunk and only argument deltas
+after, and (with stream_options.include_usage) ends with a chunk whose choices are empty.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from zllm_core.protocols.canonical import (
+    CanonicalRequest, Finish, FunctionTool, Message, Output, OutputEvent, ReasoningDelta,
+    RequestError, TextDelta, ToolCall, ToolCallArgsDelta, ToolCallStart,
+    ToolChoice, Usage, sampling,
+)
+
+
+class _Tolerant(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class TextPart(_Tolerant):
+    type: Literal["text"]
+    text: str
+
+
+class OtherPart(_Tolerant):
+    """image_url, input_audio, file: accepted by the schema so the error can name the part."""
+
+    type: Literal["image_url", "input_audio", "file", "refusal"]
+
+
+ContentPart = Union[TextPart, OtherPart]
+
+
+class FunctionCall(_Tolerant):
+    name: str
+    arguments: str
+
+
+class ChatToolCall(_Tolerant):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Tolerant):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Union[str, list[ContentPart], None] = None
+    name: str | None = None
+    tool_calls: list[ChatToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class FunctionDef(_Tolerant):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ChatTool(_Tolerant):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(BaseModel):
+    name: str
+
+
+class NamedToolChoice(_Tolerant):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class StreamOptions(_Tolerant):
+    include_usage: bool = False
+
+
+class ChatRequest(_Tolerant):
+    model: str
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[ChatTool] | None = None
+    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None
+    parallel_tool_calls: bool | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    stop: Union[str, list[str], None] = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: int | None = None
+    n: int | None = Field(default=None, ge=1, le=1)
+    response_format: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    prompt_cache_key: str | None = None
+
+
+def _text(content: Union[str, list[ContentPart], None], where: str) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    for j, part in enumerate(content):
+        if not isinstance(part, TextPart):
+            raise RequestError(f"{where}.content[{j}]: content type '{part.type}' is not supported "
+                               "by this model (text only)", param=f"{where}.content[{j}]")
+    return "".join(p.text for p in content)
+
+
+def _message(m: ChatMessage, i: int) -> Message:
+    where = f"messages[{i}]"
+    role = "system" if m.role == "developer" else m.role
+    if role == "tool" and not m.tool_call_id:
+        raise RequestError(f"{where}.tool_call_id is required for role 'tool'",
+                           param=f"{where}.tool_call_id")
+    calls = [ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
+             for c in m.tool_calls or []]
+    return Message(role=role, content=_text(m.content, where), reasoning=m.reasoning_content,
+                   tool_calls=calls, tool_call_id=m.tool_call_id, name=m.name)
+
+
+def _tool_choice(req: ChatRequest) -> ToolChoice:
+    parallel = req.parallel_tool_calls is not False
+    choice = req.tool_choice
+    if isinstance(choice, NamedToolChoice):
+        if choice.function.name not in {t.function.name for t in req.tools or []}:
+            raise RequestError(f"tool_choice names unknown function '{choice.function.name}'",
+                               param="tool_choice")
+        return ToolChoice("named", choice.function.name, parallel)
+    return ToolChoice(choice or ("auto" if req.tools else "none"), None, parallel)
+
+
+def to_canonical(req: ChatRequest) -> CanonicalRequest:
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    params = sampling(temperature=1.0 if req.temperature is None else req.temperature,
+                              top_p=req.top_p or 1.0, seed=req.seed, stop=stop)
+    tools = [FunctionTool(name=t.function.name, description=t.function.description or "",
+                          parameters=t.function.parameters or {}) for t in req.tools or []]
+    return CanonicalRequest(
+        messages=[_message(m, i) for i, m in enumerate(req.messages)], tools=tools,
+        sampling=params, tool_choice=_tool_choice(req), stream=bool(req.stream),
+        cache_key=req.prompt_cache_key,
+        max_tokens_requested=req.max_completion_tokens or req.max_tokens)
+
+
+def _usage(u: Usage) -> dict[str, Any]:
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.total_tokens,
+            "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": 0}}
+
+
+def _wire_calls(calls: list[ToolCall]) -> list[dict[str, Any]]:
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in calls]
+
+
+def completion(id: str, model: str, out: Output, finish: Finish) -> dict[str, Any]:
+    """The non-streaming chat.completion object."""
+    message: dict[str, Any] = {"role": "assistant", "content": out.text or None}
+    if out.reasoning:
+        message["reasoning_content"] = out.reasoning
+    if out.tool_calls:
+        message["tool_calls"] = _wire_calls(out.tool_calls)
+    return {"id": id, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": finish.reason}],
+            "usage": _usage(finish.usage)}
+
+
+class ChatStream:
+    """Turns canonical output events into chat.completion.chunk objects."""
+
+    def __init__(self, id: str, model: str, include_usage: bool):
+        self.id, self.model, self.include_usage = id, model, include_usage
+        self.created = int(time.time())
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                 "model": self.model, "system_fingerprint": None,
+                 "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                              "finish_reason": finish_reason}]}
+        if self.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def start(self) -> list[dict[str, Any]]:
+        return [self._chunk({"role": "assistant", "content": ""})]
+
+    def event(self, ev: OutputEvent) -> list[dict[str, Any]]:
+        if isinstance(ev, TextDelta):
+            return [self._chunk({"content": ev.text})] if ev.text else []
+        if isinstance(ev, ReasoningDelta):
+            return [self._chunk({"reasoning_content": ev.text})] if ev.text else []
+        if isinstance(ev, ToolCallStart):
+            call = {"index": ev.index, "id": ev.id, "type": "function",
+                    "function": {"name": ev.name, "arguments": ""}}
+            return [self._chunk({"tool_calls": [call]})]
+        if isinstance(ev, ToolCallArgsDelta) and ev.delta:
+            call = {"index": ev.index, "function": {"arguments": ev.delta}}
+            return [self._chunk({"tool_calls": [call]})]
+        return []
+
+    def finish(self, fin: Finish) -> list[dict[str, Any]]:
+        chunks = [self._chunk({}, fin.reason)]
+        if self.include_usage:
+            chunks.append({"id": self.id, "object": "chat.completion.chunk",
+                           "created": self.created, "model": self.model,
+                           "system_fingerprint": None, "choices": [],
+                           "usage": _usage(fin.usage)})
+        return chunks
+
+    def error(self, exc: RequestError) -> dict[str, Any]:
+        return {"error": {"message": exc.message, "type": "server_error", "param": exc.param,
+                          "code": exc.code}}

@@ -1,0 +1,394 @@
+"""OpenAI Responses: input items, conversion to the canonical form, and the item event stream.
+
+Responses is an event protocol: text, reasoning and each function call are separate output items,
+each with added / delta / done events, and the final response carries the very same item ids.
+Consecutive assistant-side items (reasoning, assistant message, function calls) form one canonical
+assistant turn, exactly as Chat and Anthropic deliver the same turn. Namespace-wrapped tools are
+expanded into functions named `<namespace>__<name>`; hosted tools the runtime cannot execute
+(web_search, file_search, ...) are skipped.
+"""
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+from zllm_core.protocols.canonical import (
+    CanonicalRequest, Finish, FunctionTool, Message, OutputEvent, ReasoningDelta, RequestError,
+    TextDelta, ToolCall, ToolCallArgsDelta, ToolCallEnd, ToolCallStart,
+    ToolChoice, Usage, sampling, new_id,
+)
+
+NAMESPACE_SEP = "__"
+
+
+class _Tolerant(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class TextPart(_Tolerant):
+    type: Literal["input_text", "output_text", "text", "summary_text", "reasoning_text"]
+    text: str
+
+
+class OtherPart(_Tolerant):
+    """input_image, input_file, ...: accepted by the schema so the error can name the part."""
+
+    type: Literal["input_image", "input_file", "input_audio", "refusal"]
+
+
+Part = Union[TextPart, OtherPart]
+
+
+class MessageItem(_Tolerant):
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: Union[str, list[Part]]
+
+
+class FunctionCallItem(_Tolerant):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    namespace: str | None = None
+
+
+class FunctionCallOutputItem(_Tolerant):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: Union[str, list[Part]]
+
+
+class ReasoningItem(_Tolerant):
+    type: Literal["reasoning"]
+    summary: list[TextPart] = []
+    content: list[TextPart] | None = None
+
+
+class OtherItem(_Tolerant):
+    """Hosted tool calls and references the runtime did not produce; they add nothing to the prompt."""
+
+    type: str
+
+
+def _item_kind(v: Any) -> str:
+    kind = v.get("type", "message") if isinstance(v, dict) else getattr(v, "type", "message")
+    return kind if kind in ("message", "function_call", "function_call_output", "reasoning") else "other"
+
+
+InputItem = Annotated[
+    Union[Annotated[MessageItem, Tag("message")], Annotated[FunctionCallItem, Tag("function_call")],
+          Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+          Annotated[ReasoningItem, Tag("reasoning")], Annotated[OtherItem, Tag("other")]],
+    Discriminator(_item_kind)]
+
+
+class FunctionToolParam(_Tolerant):
+    type: Literal["function"]
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class NamespaceTool(_Tolerant):
+    type: Literal["namespace"]
+    name: str = Field(min_length=1)
+    description: str | None = None
+    tools: list[Annotated[Union[Annotated[FunctionToolParam, Tag("function")],
+                                Annotated["HostedTool", Tag("other")]],
+                          Discriminator(lambda v: "function" if _tool_kind(v) == "function" else "other")]]
+
+
+class HostedTool(_Tolerant):
+    type: str
+
+
+def _tool_kind(v: Any) -> str:
+    kind = v.get("type") if isinstance(v, dict) else getattr(v, "type", None)
+    return kind if kind in ("function", "namespace") else "other"
+
+
+ToolParam = Annotated[
+    Union[Annotated[FunctionToolParam, Tag("function")], Annotated[NamespaceTool, Tag("namespace")],
+          Annotated[HostedTool, Tag("other")]],
+    Discriminator(_tool_kind)]
+NamespaceTool.model_rebuild()
+
+
+class NamedToolChoice(_Tolerant):
+    type: str
+    name: str | None = None
+
+
+class ResponsesRequest(_Tolerant):
+    model: str
+    input: Union[str, list[InputItem]]
+    instructions: str | None = None
+    tools: list[ToolParam] | None = None
+    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None
+    parallel_tool_calls: bool | None = None
+    previous_response_id: str | None = None
+    store: bool | None = True
+    stream: bool | None = False
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    prompt_cache_key: str | None = None
+    include: list[str] | None = None
+    reasoning: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def function_tools(req: ResponsesRequest) -> list[FunctionTool]:
+    """Executable functions, namespaces expanded; hosted tools skipped."""
+    out = []
+    for tool in req.tools or []:
+        if isinstance(tool, FunctionToolParam):
+            out.append(FunctionTool(tool.name, tool.description or "", tool.parameters or {}))
+        elif isinstance(tool, NamespaceTool):
+            out += [FunctionTool(NAMESPACE_SEP.join((tool.name, t.name)), t.description or "",
+                                 t.parameters or {})
+                    for t in tool.tools if isinstance(t, FunctionToolParam)]
+    return out
+
+
+def split_name(qualified: str, req: ResponsesRequest) -> tuple[str | None, str]:
+    """A model-side function name back to (namespace, name) for the function_call item."""
+    for tool in req.tools or []:
+        if isinstance(tool, NamespaceTool) and qualified.startswith(tool.name + NAMESPACE_SEP):
+            return tool.name, qualified[len(tool.name) + len(NAMESPACE_SEP):]
+    return None, qualified
+
+
+def _text(content: Union[str, list[Part]], where: str) -> str:
+    if isinstance(content, str):
+        return content
+    for j, part in enumerate(content):
+        if isinstance(part, OtherPart):
+            raise RequestError(f"{where}.content[{j}]: content type '{part.type}' is not supported "
+                               "by this model (text only)", param=f"{where}.content[{j}]")
+    return "".join(p.text for p in content)
+
+
+def input_messages(req: ResponsesRequest) -> list[Message]:
+    """The request's own input items as canonical messages (without instructions or history)."""
+    if isinstance(req.input, str):
+        return [Message(role="user", content=req.input)]
+    out: list[Message] = []
+    turn: Message | None = None  # the assistant turn being gathered from consecutive items
+    for i, item in enumerate(req.input):
+        where = f"input[{i}]"
+        if isinstance(item, MessageItem) and item.role == "assistant":
+            if turn is None or turn.tool_calls or turn.content:
+                turn = Message(role="assistant")
+                out.append(turn)
+            turn.content += _text(item.content, where)
+        elif isinstance(item, ReasoningItem):
+            turn = Message(role="assistant", reasoning="")
+            out.append(turn)
+            parts = item.content if item.content is not None else item.summary
+            turn.reasoning = "".join(p.text for p in parts)
+        elif isinstance(item, FunctionCallItem):
+            if turn is None:
+                turn = Message(role="assistant")
+                out.append(turn)
+            name = NAMESPACE_SEP.join((item.namespace, item.name)) if item.namespace else item.name
+            turn.tool_calls.append(ToolCall(id=item.call_id, name=name, arguments=item.arguments))
+        elif isinstance(item, MessageItem):
+            role = "system" if item.role == "developer" else item.role
+            out.append(Message(role=role, content=_text(item.content, where)))
+            turn = None
+        elif isinstance(item, FunctionCallOutputItem):
+            out.append(Message(role="tool", content=_text(item.output, where),
+                               tool_call_id=item.call_id))
+            turn = None
+    return out
+
+
+def _tool_choice(req: ResponsesRequest, tools: list[FunctionTool]) -> ToolChoice:
+    parallel = req.parallel_tool_calls is not False
+    choice = req.tool_choice
+    if isinstance(choice, NamedToolChoice):
+        if choice.type != "function" or not choice.name:
+            return ToolChoice("auto" if tools else "none", None, parallel)
+        if choice.name not in {t.name for t in tools}:
+            raise RequestError(f"tool_choice names unknown function '{choice.name}'",
+                               param="tool_choice")
+        return ToolChoice("named", choice.name, parallel)
+    return ToolChoice(choice or ("auto" if tools else "none"), None, parallel)
+
+
+def to_canonical(req: ResponsesRequest, history: list[Message]) -> CanonicalRequest:
+    """`history` is the stored conversation of previous_response_id (empty without one)."""
+    system = [Message(role="system", content=req.instructions)] if req.instructions else []
+    tools = function_tools(req)
+    params = sampling(temperature=1.0 if req.temperature is None else req.temperature,
+                              top_p=req.top_p or 1.0)
+    effort = (req.reasoning or {}).get("effort")
+    return CanonicalRequest(
+        messages=system + history + input_messages(req), tools=tools, sampling=params,
+        tool_choice=_tool_choice(req, tools), stream=bool(req.stream),
+        cache_key=req.prompt_cache_key or req.previous_response_id,
+        thinking=None if effort is None else effort != "none",
+        max_tokens_requested=req.max_output_tokens)
+
+
+def _usage(u: Usage) -> dict[str, Any]:
+    return {"input_tokens": u.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": u.cached_tokens},
+            "output_tokens": u.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": u.total_tokens}
+
+
+class ResponsesStream:
+    """Turns canonical output events into Responses events and the final response object.
+
+    The same item dicts are streamed and placed in `response.output`, so ids always agree.
+    """
+
+    def __init__(self, req: ResponsesRequest, id: str, model: str):
+        self.req, self.id, self.model = req, id, model
+        self.created_at = int(time.time())
+        self.sequence = 0
+        self.output: list[dict[str, Any]] = []
+        self.open: str | None = None  # kind of the open item: message | reasoning | function_call
+        self.status, self.usage, self.incomplete = "in_progress", None, None
+
+    def response(self) -> dict[str, Any]:
+        r = self.req
+        return {"id": self.id, "object": "response", "created_at": self.created_at,
+                "status": self.status, "model": self.model,
+                "output": [_public_item(i) for i in self.output],
+                "error": None, "incomplete_details": self.incomplete,
+                "instructions": r.instructions, "max_output_tokens": r.max_output_tokens,
+                "previous_response_id": r.previous_response_id,
+                "parallel_tool_calls": r.parallel_tool_calls is not False,
+                "temperature": r.temperature, "top_p": r.top_p,
+                "tool_choice": "auto" if r.tool_choice is None else _dump(r.tool_choice),
+                "tools": [_dump(t) for t in r.tools or []], "store": r.store is not False,
+                "metadata": r.metadata or {}, "text": {"format": {"type": "text"}},
+                "reasoning": r.reasoning, "truncation": "disabled", "usage": self.usage}
+
+    def _ev(self, type: str, **fields: Any) -> dict[str, Any]:
+        ev = {"type": type, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        return ev
+
+    def start(self) -> list[dict[str, Any]]:
+        return [self._ev("response.created", response=self.response()),
+                self._ev("response.in_progress", response=self.response())]
+
+    @property
+    def _item(self) -> dict[str, Any]:
+        return self.output[-1]
+
+    def _where(self) -> dict[str, Any]:
+        return {"item_id": self._item["id"], "output_index": len(self.output) - 1}
+
+    def _add(self, kind: str, item: dict[str, Any]) -> list[dict[str, Any]]:
+        events = self._close()
+        self.open = kind
+        self.output.append(item)
+        events.append(self._ev("response.output_item.added", output_index=len(self.output) - 1,
+                               item=dict(item)))
+        if kind in ("message", "reasoning"):
+            part = _empty_part(kind)
+            events.append(self._ev("response.content_part.added", **self._where(),
+                                   content_index=0, part=part))
+        return events
+
+    def _close(self) -> list[dict[str, Any]]:
+        if self.open is None:
+            return []
+        item, where, events = self._item, self._where(), []
+        if self.open == "message":
+            part = {"type": "output_text", "text": item.pop("_text"), "annotations": [],
+                    "logprobs": []}
+            item["content"] = [part]
+            events += [self._ev("response.output_text.done", **where, content_index=0,
+                                text=part["text"], logprobs=[]),
+                       self._ev("response.content_part.done", **where, content_index=0, part=part)]
+        elif self.open == "reasoning":
+            part = {"type": "reasoning_text", "text": item.pop("_text")}
+            item["content"] = [part]
+            events += [self._ev("response.reasoning_text.done", **where, content_index=0,
+                                text=part["text"]),
+                       self._ev("response.content_part.done", **where, content_index=0, part=part)]
+        else:
+            events.append(self._ev("response.function_call_arguments.done", **where,
+                                   name=item["name"], arguments=item["arguments"]))
+        item["status"] = "completed"
+        self.open = None
+        events.append(self._ev("response.output_item.done", output_index=where["output_index"],
+                               item=item))
+        return events
+
+    def event(self, ev: OutputEvent) -> list[dict[str, Any]]:
+        if isinstance(ev, (TextDelta, ReasoningDelta)) and not ev.text:
+            return []
+        if isinstance(ev, TextDelta):
+            events = [] if self.open == "message" else self._add("message", {
+                "id": new_id("msg_"), "type": "message", "role": "assistant",
+                "status": "in_progress", "content": [], "_text": ""})
+            self._item["_text"] += ev.text
+            return _public(events) + [self._ev("response.output_text.delta", **self._where(),
+                                               content_index=0, delta=ev.text, logprobs=[])]
+        if isinstance(ev, ReasoningDelta):
+            events = [] if self.open == "reasoning" else self._add("reasoning", {
+                "id": new_id("rs_"), "type": "reasoning", "summary": [], "content": [],
+                "_text": ""})
+            self._item["_text"] += ev.text
+            return _public(events) + [self._ev("response.reasoning_text.delta", **self._where(),
+                                               content_index=0, delta=ev.text)]
+        if isinstance(ev, ToolCallStart):
+            namespace, name = split_name(ev.name, self.req)
+            item = {"id": new_id("fc_"), "type": "function_call", "status": "in_progress",
+                    "call_id": ev.id, "name": name, "arguments": ""}
+            if namespace:
+                item["namespace"] = namespace
+            return _public(self._add("function_call", item))
+        if isinstance(ev, ToolCallArgsDelta) and ev.delta:
+            self._item["arguments"] += ev.delta
+            return [self._ev("response.function_call_arguments.delta", **self._where(),
+                             delta=ev.delta)]
+        if isinstance(ev, ToolCallEnd):
+            return self._close()
+        return []
+
+    def finish(self, fin: Finish) -> list[dict[str, Any]]:
+        events = self._close()
+        self.usage = _usage(fin.usage)
+        if fin.reason == "length":
+            self.status, self.incomplete = "incomplete", {"reason": "max_output_tokens"}
+        else:
+            self.status = "completed"
+        kind = "response.completed" if self.status == "completed" else "response.incomplete"
+        return events + [self._ev(kind, response=self.response())]
+
+    def error(self, exc: RequestError) -> dict[str, Any]:
+        return self._ev("error", code=exc.code, message=exc.message, param=exc.param)
+
+
+def _empty_part(kind: str) -> dict[str, Any]:
+    if kind == "message":
+        return {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+    return {"type": "reasoning_text", "text": ""}
+
+
+def _public_item(item: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot of an item without the encoder's private text buffer."""
+    return {k: v for k, v in item.items() if not k.startswith("_")}
+
+
+def _public(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for ev in events:
+        if "item" in ev:
+            ev["item"] = _public_item(ev["item"])
+    return events
+
+
+def _dump(model: Any) -> Any:
+    return model.model_dump(exclude_none=True) if isinstance(model, BaseModel) else model

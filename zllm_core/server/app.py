@@ -1,0 +1,41 @@
+"""The ASGI app: one engine, three protocols.
+
+`create_app` takes a running engine and the prompt builder for its model; every route converts
+its protocol to the canonical form, goes through the same `Generation`, and encodes the result
+back into its protocol.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+
+from zllm_core.server import chat_completions, errors, messages, responses, responses_socket
+from zllm_core.server.gate import Gate
+from zllm_core.server.generation import Generation, Limits
+from zllm_core.server.prompt import PromptBuilder
+from zllm_core.server.response_store import ResponseStore
+from zllm_core.server.runtime import Runtime, ServerConfig, runtime
+
+
+def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> FastAPI:
+    max_len = min(config.max_model_len or engine.max_model_len, engine.max_model_len)
+    generation = Generation(engine, prompts, Limits(max_len, config.max_output_tokens))
+    app = FastAPI(title="zllm", version="0.1.0")
+    app.state.runtime = Runtime(config, generation, ResponseStore(config.store_path))
+    errors.install(app)
+    for module in (chat_completions, responses, responses_socket, messages):
+        app.include_router(module.router)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict[str, Any]:
+        rt = runtime(request)
+        return {"object": "list", "data": [{
+            "id": config.model_name, "object": "model", "created": rt.created,
+            "owned_by": "zllm", "max_model_len": max_len}]}
+
+    return Gate(app, config.api_keys, config.max_body_bytes)

@@ -1,0 +1,101 @@
+"""One request through the engine: admit (prompt ids, limits), then stream canonical output events.
+
+`Generation.stream` yields the dialect parser's events and ends with one `Finish`. Closing the
+iterator (a client that went away) closes the engine stream, which aborts the request and frees
+its blocks.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, replace
+from typing import Any, AsyncIterator, Union
+
+from zllm_core.engine.async_engine import EngineError
+from zllm_core.protocols.canonical import (
+    CanonicalRequest, Finish, Output, OutputEvent, RequestError, ToolCallStart, Usage,
+)
+from zllm_core.server.prompt import PromptBuilder
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_model_len: int
+    max_output_tokens: int
+
+
+@dataclass
+class Admitted:
+    """A request checked against the model's limits, with the exact tokens it will be given."""
+
+    request: CanonicalRequest
+    prompt_ids: list[int]
+
+
+class Generation:
+    def __init__(self, engine: Any, prompts: PromptBuilder, limits: Limits):
+        self.engine, self.prompts, self.limits = engine, prompts, limits
+
+    def admit(self, req: CanonicalRequest) -> Admitted:
+        ids = self.prompts.token_ids(req)
+        room = self.limits.max_model_len - len(ids)
+        if room < 1:
+            raise RequestError(
+                f"the prompt is {len(ids)} tokens but this model's context length is "
+                f"{self.limits.max_model_len} tokens (at least one must remain for the output)",
+                param="messages", code="context_length_exceeded")
+        cap = min(self.limits.max_output_tokens, room)
+        max_tokens = min(req.max_tokens_requested or cap, cap)
+        return Admitted(replace(req, sampling=replace(req.sampling, max_tokens=max_tokens)), ids)
+
+    async def stream(self, admitted: Admitted, request_id: str,
+                     scope: str = "") -> AsyncIterator[Union[OutputEvent, Finish]]:
+        parser = self.prompts.parser(admitted.request, scope)
+        called = False
+        last = None
+        engine_stream = self.engine.generate(admitted.prompt_ids, admitted.request.sampling,
+                                             request_id=request_id)
+        try:
+            async with contextlib.aclosing(engine_stream):
+                async for last in engine_stream:
+                    for ev in parser.feed(last.text):
+                        called |= isinstance(ev, ToolCallStart)
+                        yield ev
+        except EngineError as exc:
+            raise RequestError(str(exc)) from None
+        for ev in parser.finish():
+            called |= isinstance(ev, ToolCallStart)
+            yield ev
+        reason = "tool_calls" if called and last.finish_reason == "stop" else last.finish_reason
+        usage = Usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens)
+        yield Finish(reason, usage)
+
+
+async def collect(events: AsyncIterator[Union[OutputEvent, Finish]]) -> tuple[Output, Finish]:
+    """A whole generation gathered for a non-streaming response."""
+    out = Output()
+    async for ev in events:
+        if isinstance(ev, Finish):
+            return out, ev
+        out.add(ev)
+    raise RuntimeError("generation ended without a Finish event")
+
+
+async def encoded(encoder: Any, events: AsyncIterator[Union[OutputEvent, Finish]]
+                  ) -> AsyncIterator[dict[str, Any]]:
+    """A protocol encoder (start / event / finish / error) run over a generation's events.
+
+    The opening payloads wait for the first event, so a request the engine refuses fails
+    before anything is sent; a failure after that becomes the protocol's in-stream error.
+    """
+    started = False
+    try:
+        async for ev in events:
+            payloads = [] if started else encoder.start()
+            started = True
+            payloads += encoder.finish(ev) if isinstance(ev, Finish) else encoder.event(ev)
+            for payload in payloads:
+                yield payload
+    except RequestError as exc:
+        if not started:
+            raise
+        yield encoder.error(exc)

@@ -1,0 +1,40 @@
+"""POST /v1/messages and POST /v1/messages/count_tokens (Anthropic)."""
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Request
+
+from zllm_core.protocols import anthropic_messages as am
+from zllm_core.protocols.canonical import new_id
+from zllm_core.server.generation import collect, encoded
+from zllm_core.server.runtime import runtime
+from zllm_core.server.sse import event_frame, primed, sse_response
+
+router = APIRouter()
+
+
+@router.post("/v1/messages")
+async def create_message(body: am.MessagesRequest, request: Request) -> Any:
+    rt = runtime(request)
+    rt.check_model(body.model)
+    admitted = rt.generation.admit(am.to_canonical(body))
+    id = new_id("msg_")
+    events = rt.generation.stream(admitted, id, request.state.tenant)
+    if not admitted.request.stream:
+        out, finish = await collect(events)
+        return am.message(id, body.model, out, finish)
+    encoder = am.MessagesStream(id, body.model, len(admitted.prompt_ids))
+    return sse_response(await primed(_frames(encoder, events)))
+
+
+@router.post("/v1/messages/count_tokens")
+async def count_tokens(body: am.CountTokensRequest, request: Request) -> dict[str, int]:
+    rt = runtime(request)
+    rt.check_model(body.model)
+    return {"input_tokens": len(rt.generation.prompts.token_ids(am.to_canonical(body)))}
+
+
+async def _frames(encoder: am.MessagesStream, events: AsyncIterator[Any]) -> AsyncIterator[str]:
+    async for payload in encoded(encoder, events):
+        yield event_frame(payload)

@@ -1,0 +1,33 @@
+"""From a canonical request to the exact prompt token ids, and the parser for what comes back.
+
+Every protocol's request and count_tokens go through `PromptBuilder.token_ids`, so the tokens
+counted are the tokens the model sees, and the same conversation yields the same ids whichever
+protocol carried it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from zllm_core.dialects.template import ChatTemplate, dialect_for
+from zllm_core.protocols.canonical import CanonicalRequest
+
+
+class PromptBuilder:
+    def __init__(self, template: Any, dialect: Any, tokenizer: Any):
+        self.template, self.dialect, self.tokenizer = template, dialect, tokenizer
+
+    @classmethod
+    def from_model_dir(cls, model_dir: str | Path, tokenizer: Any) -> "PromptBuilder":
+        return cls(ChatTemplate.from_model_dir(model_dir), dialect_for(model_dir), tokenizer)
+
+    def render(self, req: CanonicalRequest) -> str:
+        extra = {} if req.thinking is None else {"enable_thinking": req.thinking}
+        return self.template.render(req.messages, req.tools, add_generation_prompt=True, **extra)
+
+    def token_ids(self, req: CanonicalRequest) -> list[int]:
+        return self.tokenizer.encode(self.render(req), allowed_special="all")
+
+    def parser(self, req: CanonicalRequest, scope: str) -> Any:
+        """An incremental parser splitting output text into text, reasoning and tool-call events."""
+        return self.dialect.stream_parser(scope, req.tools)

@@ -1,0 +1,102 @@
+"""POST /v1/responses, GET and DELETE /v1/responses/{id}.
+
+A `ResponseTurn` is one response.create, shared by HTTP and the WebSocket: it rebuilds the
+conversation of previous_response_id, runs the generation, and records the conversation it ends
+with so a later turn (or a restarted server) can continue it.
+"""
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Request
+
+from zllm_core.protocols import openai_responses as orr
+from zllm_core.protocols.canonical import Finish, Output, RequestError, new_id
+from zllm_core.server.generation import encoded
+from zllm_core.server.response_store import StoredResponse
+from zllm_core.server.runtime import Runtime, runtime
+from zllm_core.server.sse import event_frame, primed, sse_response
+
+router = APIRouter()
+
+
+class ResponseTurn:
+    def __init__(self, rt: Runtime, req: orr.ResponsesRequest, tenant: str,
+                 recent: dict[str, StoredResponse] | None = None):
+        rt.check_model(req.model)
+        self.rt, self.req, self.tenant, self.recent = rt, req, tenant, recent
+        previous = self._previous()
+        self.canonical = orr.to_canonical(req, previous.messages if previous else [])
+        self.admitted = rt.generation.admit(self.canonical)
+        self.encoder = orr.ResponsesStream(req, new_id("resp_"), req.model)
+
+    def _previous(self) -> StoredResponse | None:
+        pid = self.req.previous_response_id
+        if not pid:
+            return None
+        record = (self.recent or {}).get(pid) or self.rt.store.get(self.tenant, pid)
+        if record is None:
+            raise RequestError(f"previous response '{pid}' was not found",
+                               param="previous_response_id", status=404,
+                               code="previous_response_not_found")
+        return record
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        out = Output()
+        generation = self.rt.generation.stream(self.admitted, self.encoder.id, self.tenant)
+        async for payload in encoded(self.encoder, _gathered(generation, out)):
+            yield payload
+        if self.encoder.status != "in_progress":
+            self._remember(out)
+
+    def _remember(self, out: Output) -> None:
+        # Instructions are per request: a continuation does not inherit them.
+        history = self.canonical.messages[1 if self.req.instructions else 0:]
+        record = StoredResponse(self.encoder.id, self.encoder.response(),
+                                history + [out.as_message()], self.canonical.cache_key)
+        if self.recent is not None:
+            self.recent[record.id] = record
+        if self.req.store is not False:
+            self.rt.store.put(self.tenant, record)
+
+
+async def _gathered(events: AsyncIterator[Any], out: Output) -> AsyncIterator[Any]:
+    async for ev in events:
+        if not isinstance(ev, Finish):
+            out.add(ev)
+        yield ev
+
+
+@router.post("/v1/responses")
+async def create_response(body: orr.ResponsesRequest, request: Request) -> Any:
+    turn = ResponseTurn(runtime(request), body, request.state.tenant)
+    if not body.stream:
+        async for _ in turn.events():
+            pass
+        return turn.encoder.response()
+    return sse_response(await primed(_frames(turn)))
+
+
+async def _frames(turn: ResponseTurn) -> AsyncIterator[str]:
+    async for payload in turn.events():
+        yield event_frame(payload)
+
+
+def _not_found(id: str) -> RequestError:
+    return RequestError(f"response '{id}' was not found", param="response_id", status=404,
+                        code="not_found")
+
+
+@router.get("/v1/responses/{response_id}")
+async def get_response(response_id: str, request: Request) -> dict[str, Any]:
+    record = runtime(request).store.get(request.state.tenant, response_id)
+    if record is None:
+        raise _not_found(response_id)
+    return record.response
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
+    if not runtime(request).store.delete(request.state.tenant, response_id):
+        raise _not_found(response_id)
+    return {"id": response_id, "object": "response", "deleted": True}
