@@ -2,6 +2,7 @@
 import torch
 
 from zllm_core.cache.block_pool import BlockPool, KVLayout
+from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.engine.scheduler import Scheduler, SchedulerConfig, TaskKind
 from zllm_core.engine.sequence import Sequence
@@ -60,18 +61,22 @@ def test_decode_growth_preempts_the_youngest_and_keeps_its_tokens():
     assert sched.num_preemptions == 1
 
 
-def test_reclaim_is_asked_before_preempting():
+def test_unused_cache_blocks_are_evicted_before_anyone_is_preempted():
     pool = BlockPool(LAYOUT, 4)
-    held = pool.allocate(2)  # stands for blocks only a cache holds
+    cache = PrefixCache(pool)
+    scope = b"s" * 32
+    donor = make_seq(9, 9)
+    cache.match(donor.request_id, donor.token_ids, CacheRequest(scope))
+    donor.block_table = pool.allocate(3)
+    cache.commit(donor.request_id, donor.token_ids, donor.block_table, 9)
+    pool.free(donor.block_table)
+    cache.release(donor.request_id, donor.block_table, donor.token_ids)
+    assert pool.num_free == 2 and cache.index.num_evictable() == 2
 
-    def reclaim(n):
-        pool.free(held[:n])
-        return n
-
-    sched = Scheduler(pool, SchedulerConfig(), reclaim=reclaim)
+    sched = Scheduler(pool, SchedulerConfig(), cache)
     sched.add(make_seq(0, 16))
     batch = sched.schedule()
-    assert batch.num_tokens == 16 and sched.num_preemptions == 0
+    assert batch.num_tokens == 16 and sched.num_preemptions == 0 and cache.index.num_evicted == 2
 
 
 def test_finish_anywhere_frees_every_block():

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import AsyncIterator, Optional
 
+from zllm_core.cache.scope import CacheHint
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine, RequestOutput
 from zllm_core.engine.sampling_params import SamplingParams
 
@@ -58,11 +59,12 @@ class AsyncEngine:
         return self.engine.max_model_len
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams,
-                       request_id: Optional[str] = None) -> AsyncIterator[GenerationEvent]:
+                       request_id: Optional[str] = None,
+                       cache: Optional[CacheHint] = CacheHint()) -> AsyncIterator[GenerationEvent]:
         rid = request_id or f"req-{next(self._ids)}"
         sink: asyncio.Queue = asyncio.Queue()
         self._sinks[rid] = (asyncio.get_running_loop(), sink)
-        self._submit(("add", rid, list(prompt_ids), params))
+        self._submit(("add", rid, list(prompt_ids), params, cache))
         finished = False
         try:
             while True:
@@ -115,17 +117,16 @@ class AsyncEngine:
             except queue.Empty:
                 return
             if command[0] == "add":
-                _, rid, prompt_ids, params = command
+                _, rid, prompt_ids, params, cache = command
                 try:
-                    self.engine.add_request(rid, prompt_ids, params)
+                    self.engine.add_request(rid, prompt_ids, params, cache)
                 except ValueError as exc:
                     self._deliver(rid, EngineError(str(exc)))
             else:
                 self.engine.abort(command[1])
 
     def _fail_all(self, exc: Exception) -> None:
-        for rid in list(self.engine._seqs):
-            self.engine.abort(rid)
+        for rid in self.engine.abort_all():
             self._deliver(rid, EngineError(f"engine step failed: {exc}"))
 
     def _deliver(self, rid: str, item) -> None:

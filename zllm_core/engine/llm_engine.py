@@ -12,6 +12,8 @@ from typing import Any, Optional, Sequence as Seq
 import torch
 
 from zllm_core.cache.block_pool import BlockPool, KVLayout
+from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
+from zllm_core.cache.scope import CacheHint, Scope, model_manifest, tokenizer_manifest
 from zllm_core.engine.detokenizer import StreamDetokenizer
 from zllm_core.engine.model_runner import ModelRunner
 from zllm_core.engine.sampler import sample
@@ -32,6 +34,8 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     max_model_len: Optional[int] = None
     attention_backend: str = "auto"
+    enable_prefix_cache: bool = True
+    block_hash: str = "sha256"  # or "fast128"
 
 
 @dataclass(frozen=True)
@@ -50,8 +54,9 @@ class RequestOutput:
 
 
 class LLMEngine:
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, config: EngineConfig):
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, config: EngineConfig, scope: Scope):
         self.config = config
+        self.scope = scope
         self.model = model
         self.tokenizer = tokenizer
         mc = model.config
@@ -60,7 +65,12 @@ class LLMEngine:
         dtype = next(model.parameters()).dtype
         layout = KVLayout(mc.num_layers, mc.num_kv_heads, mc.head_dim, dtype, config.block_size)
         self.pool = BlockPool.from_budget(layout, config.kv_cache_bytes, self.device)
-        self.scheduler = Scheduler(self.pool, SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens))
+        self.cache = None
+        if config.enable_prefix_cache:
+            describe = tokenizer.decode if tokenizer is not None else repr
+            self.cache = PrefixCache(self.pool, config.block_hash, describe=describe)
+        sched_config = SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens)
+        self.scheduler = Scheduler(self.pool, sched_config, self.cache)
         self.runner = ModelRunner(model, self.pool, select_backend(self.device, config.attention_backend), self.device)
         self.eos_token_ids = frozenset(mc.eos_token_ids)
         self._seqs: dict[str, Sequence] = {}
@@ -75,15 +85,21 @@ class LLMEngine:
 
         model_dir = resolve_model_dir(config.model)
         model = load_model(model_dir, dtype=config.dtype, device=config.device)
-        return cls(model, Tokenizer.from_pretrained(model_dir), config)
+        dtype = str(next(model.parameters()).dtype)
+        scope = Scope(model_manifest(model_dir, dtype), tokenizer_manifest(model_dir))
+        return cls(model, Tokenizer.from_pretrained(model_dir), config, scope)
 
     # -- requests ---------------------------------------------------------------------
 
-    def add_request(self, request_id: str, prompt_ids: Seq[int], params: SamplingParams) -> None:
+    def add_request(self, request_id: str, prompt_ids: Seq[int], params: SamplingParams,
+                    cache: Optional[CacheHint] = CacheHint()) -> None:
+        """Queue a request. ``cache=None`` keeps it out of the prefix cache entirely."""
         if request_id in self._seqs:
             raise ValueError(f"request id {request_id!r} is already in use")
         self._validate_prompt(prompt_ids)
         seq = Sequence(request_id, list(prompt_ids), len(prompt_ids), params, next(self._arrivals))
+        if cache is not None and self.cache is not None:
+            seq.cache = CacheRequest(cache.scope(self.scope).digest(), cache.cache_id)
         if params.seed is not None:
             seq.generator = torch.Generator(self.device).manual_seed(params.seed)
         self._seqs[request_id] = seq
@@ -112,6 +128,12 @@ class LLMEngine:
         self.scheduler.finish(seq, "abort")
         return self._output(seq, [], "")
 
+    def abort_all(self) -> list[str]:
+        ids = list(self._seqs)
+        for rid in ids:
+            self.abort(rid)
+        return ids
+
     def has_unfinished(self) -> bool:
         return bool(self._seqs)
 
@@ -123,7 +145,10 @@ class LLMEngine:
             return []
         logits = self.runner.run(batch)
         for chunk in batch.chunks:
-            chunk.seq.num_computed += chunk.length
+            seq = chunk.seq
+            seq.num_computed += chunk.length
+            if self.cache is not None and seq.cache is not None:
+                self.cache.commit(seq.request_id, seq.token_ids, seq.block_table, seq.num_computed)
         sampled = [c.seq for c in batch.chunks if c.samples]
         tokens = sample(logits, sampled)
         return [self._append(seq, tok) for seq, tok in zip(sampled, tokens)]

@@ -10,8 +10,8 @@ of exactly one uncomputed token, so the three task kinds fall out of one rule:
 * DecodeRound: one token for every decoding sequence, batched.
 
 Prefill steps and decode rounds alternate while both have work, so neither starves.
-When blocks run out, the scheduler first asks ``reclaim`` (the prefix cache gives back
-blocks only it holds), then preempts the youngest running sequence; a preempted sequence
+When blocks run out, the scheduler first evicts unused prefix-cache blocks (those only
+the cache holds), then preempts the youngest running sequence; a preempted sequence
 keeps its tokens and is recomputed when it is admitted again.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ from enum import Enum
 from typing import Callable, Optional
 
 from zllm_core.cache.block_pool import BlockPool
+from zllm_core.cache.prefix_cache import PrefixCache
 from zllm_core.engine.sequence import Sequence, Status
 
 
@@ -63,15 +64,11 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 2048
 
 
-# Asked for ``n`` blocks; frees what it can (only blocks nobody else uses) and returns how many.
-Reclaimer = Callable[[int], int]
-
-
 class Scheduler:
-    def __init__(self, pool: BlockPool, config: SchedulerConfig, reclaim: Optional[Reclaimer] = None):
+    def __init__(self, pool: BlockPool, config: SchedulerConfig, cache: Optional[PrefixCache] = None):
         self.pool = pool
         self.config = config
-        self.reclaim = reclaim or (lambda n: 0)
+        self.cache = cache
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
@@ -107,8 +104,10 @@ class Scheduler:
         return self._schedule_decode(decoding) if decoding else None
 
     def finish(self, seq: Sequence, reason: str) -> None:
-        """End a sequence wherever it is (running, waiting) and free every block it holds."""
-        self._release(seq)
+        """End a sequence wherever it is (running, waiting) and free every block it holds.
+
+        A sequence that ends normally leaves its terminal state to the cache."""
+        self._release(seq, keep_terminal=reason != "abort")
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:
@@ -118,15 +117,18 @@ class Scheduler:
 
     # -- blocks -----------------------------------------------------------------------
 
-    def _release(self, seq: Sequence) -> None:
+    def _release(self, seq: Sequence, keep_terminal: bool = False) -> None:
         self.pool.free(seq.block_table)
+        if self.cache is not None and seq.cache is not None:
+            self.cache.release(seq.request_id, seq.block_table, seq.token_ids if keep_terminal else None)
         seq.block_table = []
         seq.num_computed = 0
 
     def _ensure_free(self, n: int) -> bool:
+        """Evict reclaimable cache blocks before anything is refused or preempted."""
         short = n - self.pool.num_free
-        if short > 0:
-            self.reclaim(short)
+        if short > 0 and self.cache is not None:
+            self.cache.evict(short)
         return self.pool.num_free >= n
 
     def _grow(self, seq: Sequence, upto: int) -> bool:
@@ -190,8 +192,17 @@ class Scheduler:
     def _prefill_chunk(self, seq: Sequence, budget: int) -> Optional[Chunk]:
         if budget <= 0:
             return None
+        if not seq.block_table and self.cache is not None and seq.cache is not None:
+            hit = self.cache.match(seq.request_id, seq.token_ids, seq.cache, count=not seq.matched)
+            seq.block_table = hit.blocks
+            seq.num_computed = hit.num_tokens
+            if not seq.matched:  # what the client is told was cached: its first admission
+                seq.num_cached = hit.num_tokens
+                seq.matched = True
         length = min(seq.num_uncomputed, budget)
         if not self._grow(seq, seq.num_computed + length):
+            if seq.status is Status.WAITING:
+                self._release(seq)  # not admitted: hold nothing while waiting
             return None
         kind = TaskKind.APPEND_PREFILL if seq.num_computed else TaskKind.NEW_PREFILL
         return Chunk(seq, seq.num_computed, length, kind)

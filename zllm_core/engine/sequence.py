@@ -7,6 +7,7 @@ from typing import Optional
 
 import torch
 
+from zllm_core.cache.prefix_cache import CacheRequest
 from zllm_core.engine.sampling_params import SamplingParams
 
 
@@ -29,6 +30,8 @@ class Sequence:
     num_cached: int = 0  # of those, how many were adopted from the prefix cache
     finish_reason: Optional[str] = None
     generator: Optional[torch.Generator] = None
+    matched: bool = False  # looked up in the prefix cache at least once
+    cache: Optional[CacheRequest] = None  # None: this request neither reads nor feeds the cache
 
     @property
     def num_tokens(self) -> int:
