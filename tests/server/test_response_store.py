@@ -6,7 +6,7 @@ from zllm_core.server.response_store import ResponseStore, StoredResponse
 
 CONVERSATION = [Message(role="user", content="hi"),
                 Message(role="assistant", content="", reasoning="think",
-                        tool_calls=[ToolCall(id="c1", name="f", arguments='{"a": 1}')])]
+                        tool_calls=(ToolCall(id="c1", name="f", arguments='{"a": 1}'),))]
 
 
 def record(id="resp_1"):

@@ -7,7 +7,7 @@ from zllm_core.protocols import anthropic_messages as am
 from zllm_core.protocols import openai_chat as oc
 from zllm_core.protocols import openai_responses as orr
 from zllm_core.protocols.canonical import (
-    Finish, ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallEnd, ToolCallStart, Usage,
+    Finish, ParsedOutput, ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallEnd, ToolCallStart, Usage,
 )
 
 from .validators import validate_anthropic_stream, validate_chat_stream, validate_responses_stream
@@ -92,10 +92,7 @@ def test_anthropic_stream_opens_and_closes_each_block_in_order():
 
 
 def test_non_streaming_objects_carry_the_same_content():
-    from zllm_core.protocols.canonical import Output
-    out = Output()
-    for ev in EVENTS:
-        out.add(ev)
+    out = ParsedOutput.fold(EVENTS)
     chat = oc.completion("c", "m", out, Finish("tool_calls", USAGE))["choices"][0]
     assert chat["message"]["reasoning_content"] == "Need the weather."
     assert [c["id"] for c in chat["message"]["tool_calls"]] == ["call_a", "call_b"]

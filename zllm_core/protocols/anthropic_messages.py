@@ -14,7 +14,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from zllm_core.protocols.canonical import (
-    CanonicalRequest, Finish, FunctionTool, Message, Output, OutputEvent, ReasoningDelta,
+    CanonicalRequest, Finish, FunctionTool, Message, OutputEvent, ParsedOutput, ReasoningDelta,
     RequestError, TextDelta, ToolCall, ToolCallArgsDelta, ToolCallEnd,
     ToolCallStart, ToolChoice, Usage, arguments_text, sampling,
 )
@@ -156,7 +156,7 @@ def _turn(m: AnthropicMessage, i: int) -> list[Message]:
             raise _unsupported(block, where)
     if text or calls or reasoning or not out:
         out.append(Message(role=m.role, content="".join(text),
-                           reasoning="".join(reasoning) or None, tool_calls=calls))
+                           reasoning="".join(reasoning) or None, tool_calls=tuple(calls)))
     return out
 
 
@@ -181,7 +181,7 @@ def to_canonical(req: CountTokensRequest) -> CanonicalRequest:
     messages = _system(req.system)
     for i, m in enumerate(req.messages):
         messages.extend(_turn(m, i))
-    tools = [FunctionTool(name=t.name, description=t.description or "",
+    tools = [FunctionTool(name=t.name, description=t.description,
                           parameters=t.input_schema or {})
              for t in req.tools or [] if t.type in (None, "custom")]
     params = sampling()
@@ -212,13 +212,13 @@ def _message(id: str, model: str, content: list[dict[str, Any]], stop_reason: st
             "stop_reason": stop_reason, "stop_sequence": None, "usage": usage}
 
 
-def message(id: str, model: str, out: Output, finish: Finish) -> dict[str, Any]:
+def message(id: str, model: str, out: ParsedOutput, finish: Finish) -> dict[str, Any]:
     """The non-streaming message object."""
     content: list[dict[str, Any]] = []
     if out.reasoning:
         content.append({"type": "thinking", "thinking": out.reasoning, "signature": ""})
-    if out.text:
-        content.append({"type": "text", "text": out.text})
+    if out.content:
+        content.append({"type": "text", "text": out.content})
     content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)}
                 for c in out.tool_calls]
     return _message(id, model, content, STOP_REASONS[finish.reason], _usage(finish.usage))

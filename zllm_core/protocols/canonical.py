@@ -3,7 +3,8 @@
 A `CanonicalRequest` is ordered messages + function tools + a tool choice + sampling: the
 protocol adapters build it, the prompt builder templates it, and nothing past this point knows
 which protocol a request came from. Output flows back as the dialect parser's stream events
-(text, reasoning, tool-call start/args/end) followed by one `Finish`.
+(text, reasoning, tool-call start/args/end) followed by one `Finish`; the non-streaming
+responses fold them with the dialect's `ParsedOutput`.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Literal, Union
 
 from zllm_core.dialects.conversation import FunctionTool, Message, ToolCall
-from zllm_core.dialects.stream import (
+from zllm_core.dialects.events import (
+    ParsedOutput,
     ReasoningDelta,
     TextDelta,
     ToolCallArgsDelta,
@@ -23,11 +25,13 @@ from zllm_core.dialects.stream import (
 from zllm_core.engine.sampling_params import SamplingParams
 
 __all__ = [
-    "CanonicalRequest", "Finish", "Output", "RequestError", "FunctionTool", "Message", "OutputEvent", "ReasoningDelta",
-    "SamplingParams", "TextDelta", "ToolCall", "ToolCallArgsDelta", "ToolCallEnd",
-    "ToolCallStart", "ToolChoice", "Usage", "arguments_text", "new_id", "sampling",
+    "CanonicalRequest", "Finish", "FunctionTool", "Message", "OutputEvent", "ParsedOutput",
+    "ReasoningDelta", "RequestError", "SamplingParams", "TextDelta", "ToolCall",
+    "ToolCallArgsDelta", "ToolCallEnd", "ToolCallStart", "ToolChoice", "Usage",
+    "arguments_text", "new_id", "sampling",
 ]
 
+# The dialect parser's events; its ParseError and Repair events pass through the encoders unsent.
 OutputEvent = Union[TextDelta, ReasoningDelta, ToolCallStart, ToolCallArgsDelta, ToolCallEnd]
 
 
@@ -102,30 +106,3 @@ class Finish:
 
     reason: str
     usage: Usage
-
-
-@dataclass
-class Output:
-    """A finished generation gathered from the event stream (the non-streaming responses use it)."""
-
-    text: str = ""
-    reasoning: str = ""
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    _by_index: dict[int, ToolCall] = field(default_factory=dict, repr=False)
-
-    def add(self, event: OutputEvent) -> None:
-        if isinstance(event, TextDelta):
-            self.text += event.text
-        elif isinstance(event, ReasoningDelta):
-            self.reasoning += event.text
-        elif isinstance(event, ToolCallStart):
-            call = ToolCall(id=event.id, name=event.name, arguments="")
-            self._by_index[event.index] = call
-            self.tool_calls.append(call)
-        elif isinstance(event, ToolCallArgsDelta):
-            self._by_index[event.index].arguments += event.delta
-
-    def as_message(self) -> Message:
-        """The assistant turn as it re-enters a later prompt (previous_response_id chains)."""
-        return Message(role="assistant", content=self.text, reasoning=self.reasoning or None,
-                       tool_calls=list(self.tool_calls))

@@ -12,7 +12,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from zllm_core.protocols.canonical import (
-    CanonicalRequest, Finish, FunctionTool, Message, Output, OutputEvent, ReasoningDelta,
+    CanonicalRequest, Finish, FunctionTool, Message, OutputEvent, ParsedOutput, ReasoningDelta,
     RequestError, TextDelta, ToolCall, ToolCallArgsDelta, ToolCallStart,
     ToolChoice, Usage, sampling,
 )
@@ -116,8 +116,8 @@ def _message(m: ChatMessage, i: int) -> Message:
     if role == "tool" and not m.tool_call_id:
         raise RequestError(f"{where}.tool_call_id is required for role 'tool'",
                            param=f"{where}.tool_call_id")
-    calls = [ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
-             for c in m.tool_calls or []]
+    calls = tuple(ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
+                  for c in m.tool_calls or [])
     return Message(role=role, content=_text(m.content, where), reasoning=m.reasoning_content,
                    tool_calls=calls, tool_call_id=m.tool_call_id, name=m.name)
 
@@ -137,7 +137,7 @@ def to_canonical(req: ChatRequest) -> CanonicalRequest:
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     params = sampling(temperature=1.0 if req.temperature is None else req.temperature,
                               top_p=req.top_p or 1.0, seed=req.seed, stop=stop)
-    tools = [FunctionTool(name=t.function.name, description=t.function.description or "",
+    tools = [FunctionTool(name=t.function.name, description=t.function.description,
                           parameters=t.function.parameters or {}) for t in req.tools or []]
     return CanonicalRequest(
         messages=[_message(m, i) for i, m in enumerate(req.messages)], tools=tools,
@@ -158,9 +158,9 @@ def _wire_calls(calls: list[ToolCall]) -> list[dict[str, Any]]:
             for c in calls]
 
 
-def completion(id: str, model: str, out: Output, finish: Finish) -> dict[str, Any]:
+def completion(id: str, model: str, out: ParsedOutput, finish: Finish) -> dict[str, Any]:
     """The non-streaming chat.completion object."""
-    message: dict[str, Any] = {"role": "assistant", "content": out.text or None}
+    message: dict[str, Any] = {"role": "assistant", "content": out.content or None}
     if out.reasoning:
         message["reasoning_content"] = out.reasoning
     if out.tool_calls:

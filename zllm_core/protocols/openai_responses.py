@@ -146,9 +146,9 @@ def function_tools(req: ResponsesRequest) -> list[FunctionTool]:
     out = []
     for tool in req.tools or []:
         if isinstance(tool, FunctionToolParam):
-            out.append(FunctionTool(tool.name, tool.description or "", tool.parameters or {}))
+            out.append(FunctionTool(tool.name, tool.description, tool.parameters or {}))
         elif isinstance(tool, NamespaceTool):
-            out += [FunctionTool(NAMESPACE_SEP.join((tool.name, t.name)), t.description or "",
+            out += [FunctionTool(NAMESPACE_SEP.join((tool.name, t.name)), t.description,
                                  t.parameters or {})
                     for t in tool.tools if isinstance(t, FunctionToolParam)]
     return out
@@ -172,38 +172,63 @@ def _text(content: Union[str, list[Part]], where: str) -> str:
     return "".join(p.text for p in content)
 
 
+class _AssistantTurn:
+    """Consecutive reasoning, assistant message and function_call items: one assistant message."""
+
+    def __init__(self) -> None:
+        self.reasoning: str | None = None
+        self.content = ""
+        self.calls: list[ToolCall] = []
+
+    def takes(self, item: Any) -> bool:
+        if isinstance(item, ReasoningItem):
+            return self.reasoning is None and not self.content and not self.calls
+        if isinstance(item, MessageItem):
+            return not self.content and not self.calls
+        return True
+
+    def add(self, item: Any, where: str) -> None:
+        if isinstance(item, ReasoningItem):
+            parts = item.content if item.content is not None else item.summary
+            self.reasoning = "".join(p.text for p in parts)
+        elif isinstance(item, MessageItem):
+            self.content = _text(item.content, where)
+        else:
+            name = NAMESPACE_SEP.join((item.namespace, item.name)) if item.namespace else item.name
+            self.calls.append(ToolCall(id=item.call_id, name=name, arguments=item.arguments))
+
+    def message(self) -> Message:
+        return Message(role="assistant", content=self.content, reasoning=self.reasoning,
+                       tool_calls=tuple(self.calls))
+
+
+def _is_assistant_side(item: Any) -> bool:
+    return isinstance(item, (ReasoningItem, FunctionCallItem)) or (
+        isinstance(item, MessageItem) and item.role == "assistant")
+
+
 def input_messages(req: ResponsesRequest) -> list[Message]:
     """The request's own input items as canonical messages (without instructions or history)."""
     if isinstance(req.input, str):
         return [Message(role="user", content=req.input)]
     out: list[Message] = []
-    turn: Message | None = None  # the assistant turn being gathered from consecutive items
+    turn: _AssistantTurn | None = None
     for i, item in enumerate(req.input):
         where = f"input[{i}]"
-        if isinstance(item, MessageItem) and item.role == "assistant":
-            if turn is None or turn.tool_calls or turn.content:
-                turn = Message(role="assistant")
-                out.append(turn)
-            turn.content += _text(item.content, where)
-        elif isinstance(item, ReasoningItem):
-            turn = Message(role="assistant", reasoning="")
-            out.append(turn)
-            parts = item.content if item.content is not None else item.summary
-            turn.reasoning = "".join(p.text for p in parts)
-        elif isinstance(item, FunctionCallItem):
-            if turn is None:
-                turn = Message(role="assistant")
-                out.append(turn)
-            name = NAMESPACE_SEP.join((item.namespace, item.name)) if item.namespace else item.name
-            turn.tool_calls.append(ToolCall(id=item.call_id, name=name, arguments=item.arguments))
+        if turn is not None and not (_is_assistant_side(item) and turn.takes(item)):
+            out.append(turn.message())
+            turn = None
+        if _is_assistant_side(item):
+            turn = turn or _AssistantTurn()
+            turn.add(item, where)
         elif isinstance(item, MessageItem):
             role = "system" if item.role == "developer" else item.role
             out.append(Message(role=role, content=_text(item.content, where)))
-            turn = None
         elif isinstance(item, FunctionCallOutputItem):
             out.append(Message(role="tool", content=_text(item.output, where),
                                tool_call_id=item.call_id))
-            turn = None
+    if turn is not None:
+        out.append(turn.message())
     return out
 
 

@@ -10,11 +10,12 @@ import contextlib
 from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Union
 
+from zllm_core.cache.scope import CacheHint
 from zllm_core.engine.async_engine import EngineError
 from zllm_core.protocols.canonical import (
-    CanonicalRequest, Finish, Output, OutputEvent, RequestError, ToolCallStart, Usage,
+    CanonicalRequest, Finish, OutputEvent, ParsedOutput, RequestError, ToolCallStart, Usage,
 )
-from zllm_core.server.prompt import PromptBuilder
+from zllm_core.server.prompt import Prompt, PromptBuilder
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Admitted:
     """A request checked against the model's limits, with the exact tokens it will be given."""
 
     request: CanonicalRequest
-    prompt_ids: list[int]
+    prompt: Prompt
 
 
 class Generation:
@@ -36,7 +37,8 @@ class Generation:
         self.engine, self.prompts, self.limits = engine, prompts, limits
 
     def admit(self, req: CanonicalRequest) -> Admitted:
-        ids = self.prompts.token_ids(req)
+        prompt = self.prompts.build(req)
+        ids = prompt.token_ids
         room = self.limits.max_model_len - len(ids)
         if room < 1:
             raise RequestError(
@@ -45,15 +47,17 @@ class Generation:
                 param="messages", code="context_length_exceeded")
         cap = min(self.limits.max_output_tokens, room)
         max_tokens = min(req.max_tokens_requested or cap, cap)
-        return Admitted(replace(req, sampling=replace(req.sampling, max_tokens=max_tokens)), ids)
+        return Admitted(replace(req, sampling=replace(req.sampling, max_tokens=max_tokens)), prompt)
 
     async def stream(self, admitted: Admitted, request_id: str,
-                     scope: str = "") -> AsyncIterator[Union[OutputEvent, Finish]]:
-        parser = self.prompts.parser(admitted.request, scope)
+                     tenant: str = "") -> AsyncIterator[Union[OutputEvent, Finish]]:
+        """`tenant` scopes the prefix cache (and tool-call ids) to the caller's API key."""
+        parser = self.prompts.parser(admitted.request, admitted.prompt, tenant)
         called = False
         last = None
-        engine_stream = self.engine.generate(admitted.prompt_ids, admitted.request.sampling,
-                                             request_id=request_id)
+        hint = CacheHint(tenant=tenant, cache_id=admitted.request.cache_key)
+        engine_stream = self.engine.generate(admitted.prompt.token_ids, admitted.request.sampling,
+                                             request_id=request_id, cache=hint)
         try:
             async with contextlib.aclosing(engine_stream):
                 async for last in engine_stream:
@@ -70,13 +74,13 @@ class Generation:
         yield Finish(reason, usage)
 
 
-async def collect(events: AsyncIterator[Union[OutputEvent, Finish]]) -> tuple[Output, Finish]:
-    """A whole generation gathered for a non-streaming response."""
-    out = Output()
+async def collect(events: AsyncIterator[Union[OutputEvent, Finish]]) -> tuple[ParsedOutput, Finish]:
+    """A whole generation folded for a non-streaming response."""
+    seen = []
     async for ev in events:
         if isinstance(ev, Finish):
-            return out, ev
-        out.add(ev)
+            return ParsedOutput.fold(seen), ev
+        seen.append(ev)
     raise RuntimeError("generation ended without a Finish event")
 
 

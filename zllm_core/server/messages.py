@@ -24,7 +24,7 @@ async def create_message(body: am.MessagesRequest, request: Request) -> Any:
     if not admitted.request.stream:
         out, finish = await collect(events)
         return am.message(id, body.model, out, finish)
-    encoder = am.MessagesStream(id, body.model, len(admitted.prompt_ids))
+    encoder = am.MessagesStream(id, body.model, len(admitted.prompt.token_ids))
     return sse_response(await primed(_frames(encoder, events)))
 
 
@@ -32,7 +32,7 @@ async def create_message(body: am.MessagesRequest, request: Request) -> Any:
 async def count_tokens(body: am.CountTokensRequest, request: Request) -> dict[str, int]:
     rt = runtime(request)
     rt.check_model(body.model)
-    return {"input_tokens": len(rt.generation.prompts.token_ids(am.to_canonical(body)))}
+    return {"input_tokens": len(rt.generation.prompts.build(am.to_canonical(body)).token_ids)}
 
 
 async def _frames(encoder: am.MessagesStream, events: AsyncIterator[Any]) -> AsyncIterator[str]:

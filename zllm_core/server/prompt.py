@@ -6,11 +6,19 @@ protocol carried it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from zllm_core.dialects.template import ChatTemplate, dialect_for
 from zllm_core.protocols.canonical import CanonicalRequest
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str
+    token_ids: list[int]
+    in_reasoning: bool  # the generation prompt ends inside an open reasoning block
 
 
 class PromptBuilder:
@@ -25,9 +33,11 @@ class PromptBuilder:
         extra = {} if req.thinking is None else {"enable_thinking": req.thinking}
         return self.template.render(req.messages, req.tools, add_generation_prompt=True, **extra)
 
-    def token_ids(self, req: CanonicalRequest) -> list[int]:
-        return self.tokenizer.encode(self.render(req), allowed_special="all")
+    def build(self, req: CanonicalRequest) -> Prompt:
+        text = self.render(req)
+        return Prompt(text, self.tokenizer.encode(text, allowed_special="all"),
+                      self.dialect.starts_in_reasoning(text))
 
-    def parser(self, req: CanonicalRequest, scope: str) -> Any:
+    def parser(self, req: CanonicalRequest, prompt: Prompt, scope: str) -> Any:
         """An incremental parser splitting output text into text, reasoning and tool-call events."""
-        return self.dialect.stream_parser(scope, req.tools)
+        return self.dialect.stream_parser(scope, req.tools, prompt.in_reasoning)

@@ -20,6 +20,7 @@ from typing import Any
 from zllm_core.protocols.canonical import Message, ToolCall
 
 log = logging.getLogger("zllm.server")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS responses (
     tenant TEXT NOT NULL, id TEXT NOT NULL, created_at REAL NOT NULL,
@@ -36,13 +37,13 @@ class StoredResponse:
 
 
 def _message_from(raw: Any) -> Message:
-    if not isinstance(raw, dict) or not isinstance(raw.get("role"), str):
-        raise ValueError("message without a role")
+    if not isinstance(raw, dict) or raw.get("role") not in ROLES:
+        raise ValueError("message without a valid role")
     calls = raw.get("tool_calls") or []
     if not isinstance(calls, list):
         raise ValueError("tool_calls is not a list")
-    tool_calls = [ToolCall(id=str(c["id"]), name=str(c["name"]), arguments=str(c["arguments"]))
-                  for c in calls]
+    tool_calls = tuple(ToolCall(id=str(c["id"]), name=str(c["name"]),
+                                arguments=str(c["arguments"])) for c in calls)
     content = raw.get("content") or ""
     if not isinstance(content, str):
         raise ValueError("content is not text")

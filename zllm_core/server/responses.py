@@ -11,7 +11,7 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 
 from zllm_core.protocols import openai_responses as orr
-from zllm_core.protocols.canonical import Finish, Output, RequestError, new_id
+from zllm_core.protocols.canonical import Finish, ParsedOutput, RequestError, new_id
 from zllm_core.server.generation import encoded
 from zllm_core.server.response_store import StoredResponse
 from zllm_core.server.runtime import Runtime, runtime
@@ -42,28 +42,28 @@ class ResponseTurn:
         return record
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
-        out = Output()
+        seen: list[Any] = []
         generation = self.rt.generation.stream(self.admitted, self.encoder.id, self.tenant)
-        async for payload in encoded(self.encoder, _gathered(generation, out)):
+        async for payload in encoded(self.encoder, _gathered(generation, seen)):
             yield payload
         if self.encoder.status != "in_progress":
-            self._remember(out)
+            self._remember(ParsedOutput.fold(seen))
 
-    def _remember(self, out: Output) -> None:
+    def _remember(self, out: ParsedOutput) -> None:
         # Instructions are per request: a continuation does not inherit them.
         history = self.canonical.messages[1 if self.req.instructions else 0:]
         record = StoredResponse(self.encoder.id, self.encoder.response(),
-                                history + [out.as_message()], self.canonical.cache_key)
+                                history + [out.message()], self.canonical.cache_key)
         if self.recent is not None:
             self.recent[record.id] = record
         if self.req.store is not False:
             self.rt.store.put(self.tenant, record)
 
 
-async def _gathered(events: AsyncIterator[Any], out: Output) -> AsyncIterator[Any]:
+async def _gathered(events: AsyncIterator[Any], seen: list[Any]) -> AsyncIterator[Any]:
     async for ev in events:
         if not isinstance(ev, Finish):
-            out.add(ev)
+            seen.append(ev)
         yield ev
 
 
