@@ -28,8 +28,8 @@ def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> Fas
         app.include_router(module.router)
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "requests_running": generation.running}
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:

@@ -35,6 +35,7 @@ class Admitted:
 class Generation:
     def __init__(self, engine: Any, prompts: PromptBuilder, limits: Limits):
         self.engine, self.prompts, self.limits = engine, prompts, limits
+        self.running = 0  # engine streams open now (/health reports it)
 
     def admit(self, req: CanonicalRequest) -> Admitted:
         prompt = self.prompts.build(req)
@@ -51,13 +52,15 @@ class Generation:
 
     async def stream(self, admitted: Admitted, request_id: str,
                      tenant: str = "") -> AsyncIterator[Union[OutputEvent, Finish]]:
-        """`tenant` scopes the prefix cache (and tool-call ids) to the caller's API key."""
-        parser = self.prompts.parser(admitted.request, admitted.prompt, tenant)
+        """`tenant` scopes the prefix cache to the caller's API key; tool-call ids hash the
+        request id, so the same function called in two requests gets two ids."""
+        parser = self.prompts.parser(admitted.request, admitted.prompt, request_id)
         called = False
         last = None
         hint = CacheHint(tenant=tenant, cache_id=admitted.request.cache_key)
         engine_stream = self.engine.generate(admitted.prompt.token_ids, admitted.request.sampling,
                                              request_id=request_id, cache=hint)
+        self.running += 1
         try:
             async with contextlib.aclosing(engine_stream):
                 async for last in engine_stream:
@@ -66,6 +69,8 @@ class Generation:
                         yield ev
         except EngineError as exc:
             raise RequestError(str(exc)) from None
+        finally:
+            self.running -= 1
         for ev in parser.finish():
             called |= isinstance(ev, ToolCallStart)
             yield ev
