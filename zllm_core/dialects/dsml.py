@@ -25,6 +25,7 @@ CALLS_START = "\n\n" + CALLS_OPEN  # the blank line belongs to the block, not to
 INVOKE_OPEN, INVOKE_CLOSE = f"<{DSML}invoke", f"</{DSML}invoke>"
 PARAM_OPEN, PARAM_CLOSE = f"<{DSML}parameter", f"</{DSML}parameter>"
 TAG_END = ">"
+RESULTS_OPEN, RESULTS_CLOSE = "\n\n<function_results>", "\n</function_results>"
 
 TOOLS_TEMPLATE = """## Tools
 You have access to a set of tools you can use to answer the user's question.
@@ -121,8 +122,7 @@ class DsmlDialect(ToolDialect):
         return f"\n<result>{content}</result>"
 
     def render_tool_results(self, results: Sequence[Message]) -> str:
-        body = "".join(self.render_result(r.content) for r in results)
-        return f"\n\n<function_results>{body}\n</function_results>"
+        return RESULTS_OPEN + "".join(self.render_result(r.content) for r in results) + RESULTS_CLOSE
 
     def stream_parser(self, scope: str, tools: Sequence[FunctionTool] = (),
                       in_reasoning: bool = False) -> StreamParser:
