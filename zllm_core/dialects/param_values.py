@@ -1,0 +1,99 @@
+"""Parameter values for dialects that put each argument between its own tags (DSML, GLM).
+
+Templates print string values raw, so a string holding the value's closing tag would end the
+value early when parsed back. Such a string (only such a string) is printed as JSON instead, with
+`<` and `&` escaped so that no spelling of any tag survives; the parser recognises exactly that
+spelling and decodes it. A value that happens to look like it is escaped one level deeper again,
+so the rule is reversible for every string.
+"""
+from __future__ import annotations
+
+import json
+
+from .json_args import is_json, to_json
+from .scanner import Markers
+from .stream import ArgsWriter
+
+
+def escape_form(value: str) -> str:
+    return to_json(value).replace("<", "\\u003c").replace("&", "\\u0026")
+
+
+class StringSafety:
+    def __init__(self, closer: Markers):
+        self._closer = closer
+
+    def json_string(self, value: str) -> str | None:
+        """The JSON spelling `value` must take to survive a round trip, or None to print it raw."""
+        return escape_form(value) if self._needs_json(value) else None
+
+    def decode(self, raw: str) -> str | None:
+        """The string `raw` spells if it is exactly the escaped form of a value that needed it."""
+        if not raw.startswith('"'):
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return None
+        if isinstance(value, str) and self._needs_json(value) and escape_form(value) == raw:
+            return value
+        return None
+
+    def _needs_json(self, value: str) -> bool:
+        while True:
+            if self._closer.scan(value, final=True)[1] is not None:
+                return True
+            if not value.startswith('"'):
+                return False
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return False
+            if not isinstance(value, str):
+                return False
+
+
+class ParamReader:
+    """Reads one value between its tags and writes it into the argument JSON.
+
+    kind: "string" (schema says string: streamed as a JSON string), "json" (must be JSON),
+    "auto" (JSON if it parses, else a string; for parameters the schema does not type).
+    A string value that starts with a quote is held whole, as it may be an escaped form.
+    """
+
+    def __init__(self, args: ArgsWriter, safety: StringSafety, kind: str):
+        self._args, self._safety, self._kind = args, safety, kind
+        self._held = ""
+        self._streaming = False
+
+    def write(self, text: str) -> None:
+        if self._streaming:
+            self._args.string_part(text)
+            return
+        self._held += text
+        if self._kind == "string" and self._held and not self._held.startswith('"'):
+            self._streaming = True
+            self._args.string_open()
+            self._args.string_part(self._held)
+
+    def close(self) -> str | None:
+        """Finish the value; returns a problem description if it cannot be JSON as required."""
+        if self._streaming:
+            self._args.string_close()
+            return None
+        member, problem = self._member(self._held)
+        if member is not None:
+            self._args.raw(member)
+        return problem
+
+    def _member(self, raw: str) -> tuple[str | None, str | None]:
+        decoded = self._safety.decode(raw)
+        if decoded is not None:
+            return to_json(decoded), None
+        if self._kind == "string":
+            return to_json(raw), None
+        if is_json(raw):
+            return raw, None
+        if self._kind == "auto":
+            return to_json(raw), None
+        return None, f"parameter value is not valid JSON: {raw[:80]!r}"
