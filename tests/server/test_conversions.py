@@ -101,3 +101,12 @@ def test_anthropic_tolerates_unknown_top_level_fields():
     body = {**ANTHROPIC_CONVERSATION, "context_management": {"edits": []},
             "output_config": {"effort": "high"}, "metadata": {"user_id": "u"}}
     assert canonical("messages", body).messages
+
+
+def test_reasoning_sealed_for_stateless_clients_comes_back_as_the_same_text():
+    from zllm_core.protocols.openai_responses import sealed_reasoning
+    body = {"model": "m", "input": [
+        {"role": "user", "content": "go"},
+        {"type": "reasoning", "summary": [], "encrypted_content": sealed_reasoning("déjà vu")},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}]}
+    assert canonical("responses", body).messages[1].reasoning == "déjà vu"

@@ -61,11 +61,12 @@ def responses_request(**kw):
 
 
 def test_responses_stream_items_match_final_response():
-    enc = orr.ResponsesStream(responses_request(), "resp_1", "m")
+    enc = orr.ResponsesStream(responses_request(include=["reasoning.encrypted_content"]), "resp_1", "m")
     final = validate_responses_stream(run(enc))
     assert [i["type"] for i in final["output"]] == ["reasoning", "message", "function_call", "function_call"]
     reasoning, message, call_a, call_b = final["output"]
     assert reasoning["content"] == [{"type": "reasoning_text", "text": "Need the weather."}]
+    assert orr.opened_reasoning(reasoning["encrypted_content"]) == "Need the weather."
     assert message["content"][0]["text"] == "Checking two cities."
     assert (call_a["call_id"], call_a["name"], call_a["arguments"]) == ("call_a", "get_weather", '{"city": "Paris"}')
     assert (call_b["namespace"], call_b["name"]) == ("tools", "get_time")

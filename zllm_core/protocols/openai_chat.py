@@ -143,6 +143,7 @@ def to_canonical(req: ChatRequest) -> CanonicalRequest:
         messages=[_message(m, i) for i, m in enumerate(req.messages)], tools=tools,
         sampling=params, tool_choice=_tool_choice(req), stream=bool(req.stream),
         cache_key=req.prompt_cache_key,
+        thinking=None if req.reasoning_effort is None else req.reasoning_effort != "none",
         max_tokens_requested=req.max_completion_tokens or req.max_tokens)
 
 

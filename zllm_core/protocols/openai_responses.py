@@ -9,6 +9,7 @@ expanded into functions named `<namespace>__<name>`; hosted tools the runtime ca
 """
 from __future__ import annotations
 
+import base64
 import time
 from typing import Annotated, Any, Literal, Union
 
@@ -65,6 +66,28 @@ class ReasoningItem(_Tolerant):
     type: Literal["reasoning"]
     summary: list[TextPart] = []
     content: list[TextPart] | None = None
+    encrypted_content: str | None = None
+
+    def text(self) -> str:
+        """The reasoning as the model wrote it: its content, else our opaque copy, else the summary."""
+        if self.content is not None:
+            return "".join(p.text for p in self.content)
+        if self.encrypted_content:
+            return opened_reasoning(self.encrypted_content)
+        return "".join(p.text for p in self.summary)
+
+
+def sealed_reasoning(text: str) -> str:
+    """The reasoning as `encrypted_content`: clients that keep no state (store: false, Codex)
+    send it back, so the next prompt renders the same reasoning. Opaque, not secret."""
+    return base64.urlsafe_b64encode(text.encode("utf-8")).decode("ascii")
+
+
+def opened_reasoning(blob: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(blob.encode("ascii")).decode("utf-8")
+    except (ValueError, UnicodeError):
+        return ""  # another server's blob: nothing of it can be rendered
 
 
 class OtherItem(_Tolerant):
@@ -189,8 +212,7 @@ class _AssistantTurn:
 
     def add(self, item: Any, where: str) -> None:
         if isinstance(item, ReasoningItem):
-            parts = item.content if item.content is not None else item.summary
-            self.reasoning = "".join(p.text for p in parts)
+            self.reasoning = item.text()
         elif isinstance(item, MessageItem):
             self.content = _text(item.content, where)
         else:
@@ -339,6 +361,8 @@ class ResponsesStream:
         elif self.open == "reasoning":
             part = {"type": "reasoning_text", "text": item.pop("_text")}
             item["content"] = [part]
+            if "reasoning.encrypted_content" in (self.req.include or []):
+                item["encrypted_content"] = sealed_reasoning(part["text"])
             events += [self._ev("response.reasoning_text.done", **where, content_index=0,
                                 text=part["text"]),
                        self._ev("response.content_part.done", **where, content_index=0, part=part)]

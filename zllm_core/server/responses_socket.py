@@ -62,7 +62,10 @@ async def responses_socket(ws: WebSocket) -> None:
     running: asyncio.Task | None = None
     try:
         while True:
-            text = await ws.receive_text()
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                break
+            text = message.get("text") or (message.get("bytes") or b"").decode("utf-8", "replace")
             try:
                 if running is not None and not running.done():
                     raise RequestError("a response is already in flight on this connection",
