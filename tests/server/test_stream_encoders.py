@@ -6,6 +6,7 @@ import pytest
 from zllm_core.protocols import anthropic_messages as am
 from zllm_core.protocols import openai_chat as oc
 from zllm_core.protocols import openai_responses as orr
+from zllm_core.protocols.responses_stream import ResponsesStream
 from zllm_core.protocols.canonical import (
     Finish, ParsedOutput, ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallEnd, ToolCallStart, Usage,
 )
@@ -61,7 +62,7 @@ def responses_request(**kw):
 
 
 def test_responses_stream_items_match_final_response():
-    enc = orr.ResponsesStream(responses_request(include=["reasoning.encrypted_content"]), "resp_1", "m")
+    enc = ResponsesStream(responses_request(include=["reasoning.encrypted_content"]), "resp_1", "m")
     final = validate_responses_stream(run(enc))
     assert [i["type"] for i in final["output"]] == ["reasoning", "message", "function_call", "function_call"]
     reasoning, message, call_a, call_b = final["output"]
@@ -75,7 +76,7 @@ def test_responses_stream_items_match_final_response():
 
 
 def test_responses_stream_reports_length_as_incomplete():
-    final = validate_responses_stream(run(orr.ResponsesStream(responses_request(), "r", "m"),
+    final = validate_responses_stream(run(ResponsesStream(responses_request(), "r", "m"),
                                           [TextDelta("a")], "length"))
     assert final["status"] == "incomplete"
     assert final["incomplete_details"] == {"reason": "max_output_tokens"}
@@ -115,7 +116,7 @@ def test_anthropic_validator_rejects_broken_order(broken):
 
 
 def test_responses_validator_rejects_gapped_sequence_numbers():
-    events = run(orr.ResponsesStream(responses_request(), "r", "m"))
+    events = run(ResponsesStream(responses_request(), "r", "m"))
     del events[4]
     with pytest.raises(AssertionError):
         validate_responses_stream(events)

@@ -11,6 +11,7 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 
 from zllm_core.protocols import openai_responses as orr
+from zllm_core.protocols.responses_stream import ResponsesStream
 from zllm_core.protocols.canonical import Finish, ParsedOutput, RequestError, new_id
 from zllm_core.server.generation import encoded
 from zllm_core.server.response_store import StoredResponse
@@ -28,7 +29,7 @@ class ResponseTurn:
         previous = self._previous()
         self.canonical = orr.to_canonical(req, previous.messages if previous else [])
         self.admitted = rt.generation.admit(self.canonical)
-        self.encoder = orr.ResponsesStream(req, new_id("resp_"), req.model)
+        self.encoder = ResponsesStream(req, new_id("resp_"), req.model)
 
     def _previous(self) -> StoredResponse | None:
         pid = self.req.previous_response_id
