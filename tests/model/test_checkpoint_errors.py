@@ -1,0 +1,112 @@
+"""A broken or unsupported checkpoint is refused with an error naming the file and what is wrong."""
+import json
+import shutil
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from zllm_core.model.config import CheckpointError
+from zllm_core.model.loader import load_model
+
+
+@pytest.fixture
+def copy_of(tiny_checkpoints, tmp_path):
+    def copy(arch: str):
+        dst = tmp_path / arch
+        shutil.copytree(tiny_checkpoints[arch][0], dst)
+        return dst
+    return copy
+
+
+def _edit_config(path, **changes):
+    config = json.loads((path / "config.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key)
+        else:
+            config[key] = value
+    (path / "config.json").write_text(json.dumps(config))
+
+
+def test_missing_shard_names_the_shard(copy_of):
+    path = copy_of("qwen2")
+    (path / "model-00003-of-00011.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"model.safetensors.index.json.*'model-00003-of-00011.safetensors'"):
+        load_model(path)
+
+
+def test_missing_tensor_names_tensor_and_file(copy_of):
+    path = copy_of("qwen3")
+    weights = load_file(path / "model.safetensors")
+    del weights["model.layers.1.self_attn.k_norm.weight"]
+    save_file(weights, path / "model.safetensors")
+    with pytest.raises(CheckpointError, match=r"model.safetensors: missing tensor 'model.layers.1.self_attn.k_norm"):
+        load_model(path)
+
+
+def test_tensor_missing_from_its_indexed_shard_names_the_shard(copy_of):
+    path = copy_of("qwen2")
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    shard = path / index["weight_map"]["model.norm.weight"]
+    weights = load_file(shard)
+    del weights["model.norm.weight"]
+    save_file(weights, shard)
+    with pytest.raises(CheckpointError, match=rf"{shard.name}: missing tensor 'model.norm.weight'"):
+        load_model(path)
+
+
+def test_wrong_tensor_shape_is_refused(copy_of):
+    path = copy_of("llama")
+    _edit_config(path, intermediate_size=128)
+    with pytest.raises(CheckpointError, match=r"'model.layers.0.mlp.down_proj.weight' has shape \(64, 96\), expected \(64, 128\)"):
+        load_model(path)
+
+
+def test_extra_tensors_are_ignored(copy_of):
+    path = copy_of("qwen3")
+    weights = load_file(path / "model.safetensors")
+    weights["model.layers.0.self_attn.rotary_emb.inv_freq"] = weights["model.norm.weight"][:8].clone()
+    save_file(weights, path / "model.safetensors")
+    assert load_model(path).config.num_layers == 2
+
+
+def test_missing_config_field_names_file_and_field(copy_of):
+    path = copy_of("llama")
+    _edit_config(path, hidden_size=None)
+    with pytest.raises(CheckpointError, match=r"config.json: field 'hidden_size' is missing"):
+        load_model(path)
+
+
+def test_unsupported_rope_type_is_refused_by_name(copy_of):
+    path = copy_of("llama")
+    _edit_config(path, rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0})
+    with pytest.raises(CheckpointError, match=r"config.json: field 'rope_parameters.rope_type' 'yarn' is not supported"):
+        load_model(path)
+
+
+def test_inconsistent_head_counts_are_refused(copy_of):
+    path = copy_of("qwen2")
+    _edit_config(path, num_key_value_heads=3)
+    with pytest.raises(CheckpointError, match=r"config.json: field 'num_key_value_heads' \(3\) must divide num_attention_heads \(4\)"):
+        load_model(path)
+
+
+def test_missing_directory_and_config_are_named(tmp_path):
+    with pytest.raises(CheckpointError, match="model directory not found"):
+        load_model(tmp_path / "nope")
+    with pytest.raises(CheckpointError, match=r"config.json: file not found"):
+        load_model(tmp_path)
+
+
+def test_missing_weights_file_is_named(copy_of):
+    path = copy_of("qwen3")
+    (path / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="neither model.safetensors nor model.safetensors.index.json"):
+        load_model(path)
+
+
+def test_corrupt_safetensors_is_named(copy_of):
+    path = copy_of("qwen3")
+    (path / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
+    with pytest.raises(CheckpointError, match="model.safetensors: not a readable safetensors file"):
+        load_model(path)
