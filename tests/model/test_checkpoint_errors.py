@@ -99,3 +99,14 @@ def test_corrupt_safetensors_is_named(copy_of):
     (path / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
     with pytest.raises(CheckpointError, match="model.safetensors: not a readable safetensors file"):
         load_model(path)
+
+
+def test_tensor_in_two_shards_is_refused(copy_of):
+    path = copy_of("qwen2")
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    first, second = sorted(set(index["weight_map"].values()))[:2]
+    extra = load_file(path / first)
+    save_file({**load_file(path / second), **extra}, path / second)
+    name = sorted(extra)[0]
+    with pytest.raises(CheckpointError, match=rf"tensor '{name}' also appears in .*{first}"):
+        load_model(path)

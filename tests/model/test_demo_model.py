@@ -4,7 +4,7 @@ import os
 
 import pytest
 import torch
-from conftest import SingleSequence
+from tiny_models import SingleSequence
 
 from zllm_core.model.demo import DEMO_DIR, DEMO_NAME, ensure_demo_model, is_complete, resolve_model_dir
 from zllm_core.model.loader import load_model
@@ -77,3 +77,14 @@ def test_demo_loads_and_generates_deterministically(demo_dir):
 
     tokens = greedy()
     assert tokens == greedy() and all(0 <= t < cfg.vocab_size for t in tokens)
+
+
+@torch.inference_mode()
+def test_transformers_loads_demo_and_agrees(demo_dir):
+    """The demo is a real Hugging Face checkpoint, not something only zllm can read."""
+    import transformers
+
+    ref = transformers.AutoModelForCausalLM.from_pretrained(demo_dir).eval()
+    prompt = list(range(151600, 151640))
+    ours = SingleSequence(load_model(demo_dir), len(prompt)).step(prompt)
+    assert (ours - ref(input_ids=torch.tensor([prompt])).logits[0]).abs().max() <= 1e-4

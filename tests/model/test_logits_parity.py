@@ -3,7 +3,7 @@ import inspect
 
 import pytest
 import torch
-from conftest import VARIANTS, SingleSequence
+from tiny_models import VARIANTS, SingleSequence
 
 from zllm_core.model.loader import load_model
 
