@@ -34,6 +34,7 @@ def test_defaults_when_optional_fields_are_absent():
 def test_generation_config_eos_list_overrides_config():
     assert parse_config(LLAMA, {}, DIR).eos_token_ids == (7,)
     assert parse_config(LLAMA, {"eos_token_id": [7, 9]}, DIR).eos_token_ids == (7, 9)
+    assert parse_config(LLAMA, {"eos_token_id": None}, DIR).eos_token_ids == (7,)
     assert parse_config({**LLAMA, "eos_token_id": None}, {}, DIR).eos_token_ids == ()
 
 

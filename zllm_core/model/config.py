@@ -128,7 +128,7 @@ def parse_config(raw: dict[str, Any], generation: dict[str, Any], model_dir: Pat
     qwen2 = architecture == "Qwen2ForCausalLM"
     bias = f.get("attention_bias", bool, False)
     gen = _Fields(generation, model_dir / "generation_config.json")
-    eos = gen.token_ids("eos_token_id") if "eos_token_id" in generation else f.token_ids("eos_token_id")
+    eos = gen.token_ids("eos_token_id") if generation.get("eos_token_id") is not None else f.token_ids("eos_token_id")
     return ModelConfig(
         architecture=architecture,
         vocab_size=f.positive("vocab_size"),
