@@ -1,4 +1,5 @@
-"""A broken or unsupported checkpoint is refused with an error naming the file and what is wrong."""
+"""Loading checkpoints: extra tensors ignored, a progress bar for large ones, and broken or unsupported
+ones refused with an error naming the file and what is wrong."""
 import json
 import shutil
 
@@ -110,3 +111,14 @@ def test_tensor_in_two_shards_is_refused(copy_of):
     name = sorted(extra)[0]
     with pytest.raises(CheckpointError, match=rf"tensor '{name}' also appears in .*{first}"):
         load_model(path)
+
+
+def test_progress_bar_only_for_large_checkpoints(tiny_checkpoints, monkeypatch, capsys):
+    from zllm_core.model import loader
+
+    path = tiny_checkpoints["qwen2"][0]
+    load_model(path)
+    assert "Loading weights" not in capsys.readouterr().err
+    monkeypatch.setattr(loader, "PROGRESS_BYTES", 0)
+    load_model(path)
+    assert "Loading weights" in capsys.readouterr().err
