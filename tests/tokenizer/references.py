@@ -3,6 +3,7 @@ tokenizer.json files (the conversion transformers uses: every split of a token i
 tokens is a merge, ordered by the merged token's rank)."""
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -41,13 +42,7 @@ def byte_level(use_regex: bool = False) -> dict:
 def tokenizer_json(tokens: list[bytes], specials: list[str], pre_tokenizer: dict,
                    normalizer: dict | None = None, ignore_merges: bool = False) -> dict:
     """Specials get the ids Hugging Face assigns added tokens: right after the vocab."""
-    to_char = {b: ch for ch, b in byte_level_alphabet().items()}
-    text = {i: "".join(to_char[b] for b in t) for i, t in enumerate(tokens) if t}
-    rank = {t: i for i, t in enumerate(tokens) if t}
-    merges = []
-    for i, t in enumerate(tokens):
-        pairs = sorted((rank[t[:k]], rank[t[k:]]) for k in range(1, len(t)) if t[:k] in rank and t[k:] in rank)
-        merges += [[text[l], text[r]] for l, r in pairs]
+    text, merges = _vocab_and_merges(tuple(tokens))
     return {
         "version": "1.0", "truncation": None, "padding": None,
         "added_tokens": [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
@@ -58,6 +53,18 @@ def tokenizer_json(tokens: list[bytes], specials: list[str], pre_tokenizer: dict
                   "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
                   "ignore_merges": ignore_merges, "vocab": {s: i for i, s in text.items()}, "merges": merges},
     }
+
+
+@functools.lru_cache(maxsize=4)
+def _vocab_and_merges(tokens: tuple[bytes, ...]) -> tuple[dict[int, str], list[list[str]]]:
+    to_char = {b: ch for ch, b in byte_level_alphabet().items()}
+    text = {i: "".join(to_char[b] for b in t) for i, t in enumerate(tokens) if t}
+    rank = {t: i for i, t in enumerate(tokens) if t}
+    merges = []
+    for t in tokens:
+        pairs = sorted((rank[t[:k]], rank[t[k:]]) for k in range(1, len(t)) if t[:k] in rank and t[k:] in rank)
+        merges += [[text[l], text[r]] for l, r in pairs]
+    return text, merges
 
 
 def hf_tokenizer(path: Path) -> tokenizers.Tokenizer:
