@@ -46,6 +46,10 @@ class ToolDialect(ABC):
         """The JSON spelling a string argument must take to stay parseable, or None to print it raw."""
         return None
 
+    def json_value(self, raw: str) -> str:
+        """The spelling of a non-string argument's JSON text in this dialect's output."""
+        return raw
+
     def parse(self, text: str, scope: str, tools: Sequence[FunctionTool] = (),
               in_reasoning: bool = False) -> ParsedOutput:
         parser = self.stream_parser(scope, tools, in_reasoning)
@@ -69,5 +73,5 @@ class ToolDialect(ABC):
         return out
 
     def _template_call(self, call: ToolCall) -> dict[str, Any]:
-        arguments = template_arguments(call.arguments, self.json_string)
+        arguments = template_arguments(call.arguments, self.json_string, self.json_value)
         return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}}

@@ -101,7 +101,7 @@ class DsmlDialect(ToolDialect):
         return f'{INVOKE_OPEN} name="{call.name}">\n{params}\n{INVOKE_CLOSE}'
 
     def _render_param(self, key: str, raw: str) -> str:
-        value, is_string = raw, "false"
+        value, is_string = self.json_value(raw), "false"
         if raw.startswith('"'):
             text = json.loads(raw)
             escaped = self.json_string(text)
@@ -110,6 +110,9 @@ class DsmlDialect(ToolDialect):
 
     def json_string(self, value: str) -> str | None:
         return _SAFETY.json_string(value)
+
+    def json_value(self, raw: str) -> str:
+        return _SAFETY.json_value(raw)
 
     def render_output(self, message: Message, in_reasoning: bool = False) -> str:
         text = f"{message.reasoning or ''}{THINK_CLOSE}" if in_reasoning else ""

@@ -68,12 +68,15 @@ class GlmDialect(ToolDialect):
 
     def _value(self, raw: str) -> str:
         if not raw.startswith('"'):
-            return raw
+            return self.json_value(raw)
         value = json.loads(raw)
         return self.json_string(value) or value
 
     def json_string(self, value: str) -> str | None:
         return _SAFETY.json_string(value)
+
+    def json_value(self, raw: str) -> str:
+        return _SAFETY.json_value(raw)
 
     def render_output(self, message: Message, in_reasoning: bool = False) -> str:
         nl = self._nl

@@ -86,6 +86,9 @@ class HermesParser(StreamParser):
     def _reasoning_ws(self):
         return _newline, _newline
 
+    def _content_ws(self):
+        return never, _newline  # text is printed as is, except the newline that precedes a call
+
     def _reasoning_state(self) -> bool:
         text, tag = self._scan(_REASONING)
         self.reasoning.write(text)
