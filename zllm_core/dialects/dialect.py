@@ -38,9 +38,12 @@ class ToolDialect(ABC):
     @abstractmethod
     def render_tool_results(self, results: Sequence[Message]) -> str: ...
 
-    @abstractmethod
+    parser_class: type[StreamParser]
+
     def stream_parser(self, scope: str, tools: Sequence[FunctionTool] = (),
-                      in_reasoning: bool = False) -> StreamParser: ...
+                      in_reasoning: bool = False) -> StreamParser:
+        """A parser for one generation; `scope` (e.g. the request id) seeds its tool-call ids."""
+        return self.parser_class(scope, tools, in_reasoning)
 
     def json_string(self, value: str) -> str | None:
         """The JSON spelling a string argument must take to stay parseable, or None to print it raw."""

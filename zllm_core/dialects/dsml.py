@@ -13,9 +13,8 @@ from typing import Sequence
 from .conversation import FunctionTool, Message, ToolCall
 from .dialect import ToolDialect
 from .json_args import split_members, to_json
-from .param_values import ParamReader, StringSafety
+from .param_values import ParamParser, StringSafety
 from .scanner import Markers, escaped_spellings
-from .stream import StreamParser
 
 DSML = "｜DSML｜"
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
@@ -82,9 +81,136 @@ _AFTER = _markers(CALLS_START, CALLS_OPEN, CALLS_CLOSE, INVOKE_CLOSE, EOS)
 _SAFETY = StringSafety(_VALUE)
 
 
+class DsmlParser(ParamParser):
+    _reasoning_markers = _REASONING
+    _value_markers = _VALUE
+    _safety = _SAFETY
+
+    def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
+        super().__init__(scope, tools, in_reasoning)
+        self._attrs = ""
+
+    def _end_reasoning(self, tag: str) -> None:
+        self._state = self._done_state if tag == EOS else self._content_state
+
+    def _content_state(self) -> bool:
+        text, tag = self._scan(_CONTENT)
+        self.content.write(text)
+        if tag is None:
+            return False
+        if tag.tag in (CALLS_START, CALLS_OPEN):
+            if tag.tag == CALLS_OPEN:
+                self._repair("layout", "tool calls not preceded by a blank line")
+            self._state = self._block_state
+        elif tag.tag == INVOKE_OPEN:
+            self._repair("missing_opener", f"{CALLS_OPEN!r} missing before {INVOKE_OPEN!r}")
+            self._open_invoke()
+        elif tag.tag == THINK_OPEN:
+            self._think_tag(tag.tag)
+        elif tag.tag == EOS:
+            self._state = self._done_state
+        else:
+            self._repair("stray_closing_tag", f"dropped {tag.tag!r} outside a tool call")
+        return True
+
+    def _block_state(self) -> bool:
+        text, tag = self._scan(_BLOCK)
+        if text.strip():
+            self._repair("layout", "text between tool calls")
+        if tag is None:
+            return False
+        if tag.tag == INVOKE_OPEN:
+            self._open_invoke()
+        elif tag.tag == CALLS_CLOSE:
+            self._state = self._after_state
+        elif tag.tag == EOS:
+            self._repair("missing_closer", f"{CALLS_CLOSE!r} missing at the end")
+            self._state = self._done_state
+        else:
+            self._repair("stray_closing_tag", f"dropped {tag.tag!r} between tool calls")
+        return True
+
+    def _open_invoke(self) -> None:
+        self._attrs = ""
+        self._state = self._invoke_attrs_state
+
+    def _invoke_attrs_state(self) -> bool:
+        text, tag = self._scan(_ATTRS)
+        self._attrs += text
+        if tag is None:
+            return False
+        m = _INVOKE_ATTRS.fullmatch(self._attrs)
+        if m is None:
+            self._error("malformed_tool_call", f"cannot read invoke attributes {self._attrs[:80]!r}")
+            self._skipping = True
+        else:
+            self._start_call(m.group(1))
+        self._state = self._after_value_state
+        return True
+
+    def _after_value_state(self) -> bool:
+        """Inside an invoke, after its name or a value: another parameter or the end."""
+        text, tag = self._scan(_BODY)
+        if text.strip():
+            self._repair("layout", "text between parameters")
+        if tag is None:
+            return False
+        if tag.tag == PARAM_OPEN:
+            self._attrs = ""
+            self._state = self._param_attrs_state
+            return True
+        self._finish_call()
+        self._state = self._block_state
+        if tag.tag == INVOKE_CLOSE:
+            return True
+        self._repair("missing_closer", f"{INVOKE_CLOSE!r} missing")
+        if tag.tag == INVOKE_OPEN:
+            self._open_invoke()
+        else:
+            self._state = self._after_state if tag.tag == CALLS_CLOSE else self._done_state
+        return True
+
+    def _param_attrs_state(self) -> bool:
+        text, tag = self._scan(_ATTRS)
+        self._attrs += text
+        if tag is None:
+            return False
+        m = _PARAM_ATTRS.fullmatch(self._attrs)
+        if m is None:
+            self._problem = f"cannot read parameter attributes {self._attrs[:80]!r}"
+            self._begin_value("", "json")
+        else:
+            self._begin_value(m.group(1), "string" if m.group(2).lower() == "true" else "json")
+        return True
+
+    def _after_state(self) -> bool:
+        to_block = self._to_block
+        return self._after_calls(_AFTER, {EOS: self._to_done, CALLS_START: to_block, CALLS_OPEN: to_block})
+
+    def _to_block(self) -> None:
+        self._state = self._block_state
+
+    def _to_done(self) -> None:
+        self._state = self._done_state
+
+    def _done_state(self) -> bool:
+        if self._buf.strip():
+            self._repair("layout", "text after the end of sentence token")
+        self._buf = ""
+        return False
+
+    def _at_end(self) -> None:
+        if self._state == self._invoke_attrs_state:
+            self._error("unterminated_tool_call", "generation ended inside a tool call")
+        elif self._state == self._block_state:
+            self._repair("missing_closer", f"{CALLS_CLOSE!r} missing at the end")
+        super()._at_end()
+
+
 class DsmlDialect(ToolDialect):
     name = "dsml"
     reasoning_prompt_suffix = THINK_OPEN
+    parser_class = DsmlParser
 
     def render_tools(self, tools: Sequence[FunctionTool]) -> str:
         schemas = "\n".join(to_json(t.openai_dict()["function"]) for t in tools)
@@ -126,161 +252,3 @@ class DsmlDialect(ToolDialect):
 
     def render_tool_results(self, results: Sequence[Message]) -> str:
         return RESULTS_OPEN + "".join(self.render_result(r.content) for r in results) + RESULTS_CLOSE
-
-    def stream_parser(self, scope: str, tools: Sequence[FunctionTool] = (),
-                      in_reasoning: bool = False) -> StreamParser:
-        return DsmlParser(scope, tools, in_reasoning)
-
-
-class DsmlParser(StreamParser):
-    def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
-        super().__init__(scope, tools, in_reasoning)
-        self._thought = in_reasoning
-        self._attrs = ""
-        self._value: ParamReader | None = None
-        self._problem: str | None = None
-
-    def _reasoning_state(self) -> bool:
-        text, tag = self._scan(_REASONING)
-        self.reasoning.write(text)
-        if tag is None:
-            return False
-        self._state = self._done_state if tag.tag == EOS else self._content_state
-        return True
-
-    def _content_state(self) -> bool:
-        text, tag = self._scan(_CONTENT)
-        self.content.write(text)
-        if tag is None:
-            return False
-        fresh = not self._thought and not self.content.started
-        if tag.tag in (CALLS_START, CALLS_OPEN):
-            if tag.tag == CALLS_OPEN:
-                self._repair("layout", "tool calls not preceded by a blank line")
-            self._state = self._block_state
-        elif tag.tag == INVOKE_OPEN:
-            self._repair("missing_opener", f"{CALLS_OPEN!r} missing before {INVOKE_OPEN!r}")
-            self._open_invoke()
-        elif tag.tag == THINK_OPEN and fresh:
-            self._thought = True
-            self._state = self._reasoning_state
-        elif tag.tag == THINK_OPEN:
-            self.content.write(tag.tag)
-        elif tag.tag == EOS:
-            self._state = self._done_state
-        else:
-            self._repair("stray_closing_tag", f"dropped {tag.tag!r} outside a tool call")
-        return True
-
-    def _block_state(self) -> bool:
-        text, tag = self._scan(_BLOCK)
-        if text.strip():
-            self._repair("layout", "text between tool calls")
-        if tag is None:
-            return False
-        if tag.tag == INVOKE_OPEN:
-            self._open_invoke()
-        elif tag.tag == CALLS_CLOSE:
-            self._state = self._after_state
-        elif tag.tag == EOS:
-            self._repair("missing_closer", f"{CALLS_CLOSE!r} missing at the end")
-            self._state = self._done_state
-        else:
-            self._repair("stray_closing_tag", f"dropped {tag.tag!r} between tool calls")
-        return True
-
-    def _open_invoke(self) -> None:
-        self._attrs, self._problem = "", None
-        self._state = self._invoke_attrs_state
-
-    def _invoke_attrs_state(self) -> bool:
-        text, tag = self._scan(_ATTRS)
-        self._attrs += text
-        if tag is None:
-            return False
-        m = _INVOKE_ATTRS.fullmatch(self._attrs)
-        if m is None:
-            self._error("malformed_tool_call", f"cannot read invoke attributes {self._attrs[:80]!r}")
-            self._skipping = True
-        else:
-            self._start_call(m.group(1))
-        self._state = self._body_state
-        return True
-
-    def _body_state(self) -> bool:
-        text, tag = self._scan(_BODY)
-        if text.strip():
-            self._repair("layout", "text between parameters")
-        if tag is None:
-            return False
-        if tag.tag == PARAM_OPEN:
-            self._attrs = ""
-            self._state = self._param_attrs_state
-            return True
-        self._close_invoke()
-        if tag.tag == INVOKE_CLOSE:
-            return True
-        self._repair("missing_closer", f"{INVOKE_CLOSE!r} missing")
-        if tag.tag == INVOKE_OPEN:
-            self._open_invoke()
-        else:
-            self._state = self._after_state if tag.tag == CALLS_CLOSE else self._done_state
-        return True
-
-    def _close_invoke(self) -> None:
-        self._args.close()
-        self._end_call(self._problem)
-        self._state = self._block_state
-
-    def _param_attrs_state(self) -> bool:
-        text, tag = self._scan(_ATTRS)
-        self._attrs += text
-        if tag is None:
-            return False
-        m = _PARAM_ATTRS.fullmatch(self._attrs)
-        if m is None:
-            self._problem = f"cannot read parameter attributes {self._attrs[:80]!r}"
-            m_name, kind = "", "json"
-        else:
-            m_name, kind = m.group(1), "string" if m.group(2).lower() == "true" else "json"
-        self._args.key(m_name)
-        self._value = ParamReader(self._args, _SAFETY, kind)
-        self._state = self._value_state
-        return True
-
-    def _value_state(self) -> bool:
-        text, tag = self._scan(_VALUE)
-        self._value.write(text)
-        if tag is None:
-            return False
-        self._problem = self._value.close() or self._problem
-        self._state = self._body_state
-        return True
-
-    def _after_state(self) -> bool:
-        text, tag = self._scan(_AFTER)
-        if text.strip():
-            self._repair("layout", "text after tool calls")
-            self.content.write(text)
-        if tag is None:
-            return False
-        if tag.tag == EOS:
-            self._state = self._done_state
-        elif tag.tag in (CALLS_START, CALLS_OPEN):
-            self._state = self._block_state
-        else:
-            self._repair("stray_closing_tag", f"dropped {tag.tag!r} after tool calls")
-        return True
-
-    def _done_state(self) -> bool:
-        if self._buf.strip():
-            self._repair("layout", "text after the end of sentence token")
-        self._buf = ""
-        return False
-
-    def _at_end(self) -> None:
-        if self._state == self._invoke_attrs_state:
-            self._error("unterminated_tool_call", "generation ended inside a tool call")
-        elif self._state == self._block_state:
-            self._repair("missing_closer", f"{CALLS_CLOSE!r} missing at the end")
-        super()._at_end()

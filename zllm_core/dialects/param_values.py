@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Sequence
 
+from .conversation import FunctionTool
 from .json_args import is_json, to_json
 from .scanner import Markers
-from .stream import ArgsWriter
+from .stream import ArgsWriter, StreamParser
 
 
 _ESCAPED = re.compile(r"(\\*)\\u00(3c|26)")
@@ -131,3 +133,36 @@ class ParamReader:
         if self._kind == "auto":
             return to_json(raw), None
         return None, f"parameter value is not valid JSON: {raw[:80]!r}"
+
+
+class ParamParser(StreamParser):
+    """A stream parser for dialects with one tag pair per parameter value."""
+    _value_markers: Markers  # what ends a value
+    _safety: StringSafety
+
+    def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
+        super().__init__(scope, tools, in_reasoning)
+        self._value: ParamReader | None = None
+        self._problem: str | None = None  # why the current call's arguments are unusable
+
+    def _after_value_state(self) -> bool:
+        raise NotImplementedError
+
+    def _begin_value(self, key: str, kind: str) -> None:
+        self._args.key(key)
+        self._value = ParamReader(self._args, self._safety, kind)
+        self._state = self._value_state
+
+    def _value_state(self) -> bool:
+        text, tag = self._scan(self._value_markers)
+        self._value.write(text)
+        if tag is None:
+            return False
+        self._problem = self._value.close() or self._problem
+        self._state = self._after_value_state
+        return True
+
+    def _finish_call(self) -> None:
+        self._args.close()
+        self._end_call(self._problem)
+        self._problem = None
