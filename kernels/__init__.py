@@ -1,1 +1,5 @@
 """Triton kernels, shipped as ``zllm_core.kernels``."""
+from .paged_decode import DecodeSplit, paged_decode, plan_splits
+from .paged_prefill import paged_prefill
+
+__all__ = ["DecodeSplit", "paged_decode", "paged_prefill", "plan_splits"]
