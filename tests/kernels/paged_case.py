@@ -9,6 +9,8 @@ import torch
 from zllm_core.model.attention_backend import AttentionMetadata
 from zllm_core.model.torch_attention import TorchAttention
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
 
 @dataclass
 class PagedCase:
@@ -30,7 +32,7 @@ class PagedCase:
 
 def make_case(seq_lens: list[int], query_lens: list[int], num_heads: int, num_kv_heads: int,
               head_dim: int, block_size: int, dtype: torch.dtype, seed: int = 0,
-              device: str = "cpu") -> PagedCase:
+              device: str = DEVICE) -> PagedCase:
     """Sequence ``i`` holds ``seq_lens[i]`` tokens, the last ``query_lens[i]`` of them new.
 
     Blocks are handed out in a random order from a pool with spare blocks, and the padding
