@@ -1,0 +1,66 @@
+import pytest
+import torch
+
+from zllm_core.cache.block_pool import BlockPool, KVLayout, OutOfBlocks
+
+LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=8, dtype=torch.float32, block_size=16)
+
+
+def test_capacity_comes_from_a_byte_budget_and_allocated_bytes_are_real():
+    pool = BlockPool.from_budget(LAYOUT, 10 * LAYOUT.bytes_per_block + 123)
+    assert pool.num_blocks == 10
+    assert pool.allocated_bytes == 10 * LAYOUT.bytes_per_block
+    assert pool.kv_caches[0][0].shape == (10, 16, 2, 8)
+
+
+def test_budget_too_small_for_one_block_is_refused():
+    with pytest.raises(ValueError, match="holds no block"):
+        BlockPool.from_budget(LAYOUT, LAYOUT.bytes_per_block - 1)
+
+
+def test_allocate_free_returns_exactly_to_empty():
+    pool = BlockPool(LAYOUT, 8)
+    a = pool.allocate(5)
+    assert pool.num_free == 3 and pool.used_bytes == 5 * LAYOUT.bytes_per_block
+    pool.free(a)
+    assert pool.is_empty()
+
+
+def test_over_allocation_raises_and_changes_nothing():
+    pool = BlockPool(LAYOUT, 4)
+    pool.allocate(3)
+    with pytest.raises(OutOfBlocks):
+        pool.allocate(2)
+    assert pool.num_free == 1
+
+
+def test_shared_block_is_freed_only_by_its_last_owner():
+    pool = BlockPool(LAYOUT, 4)
+    blocks = pool.allocate(2)
+    pool.fork(blocks)
+    pool.free(blocks)
+    assert pool.num_free == 2
+    pool.free(blocks)
+    assert pool.is_empty()
+
+
+def test_double_free_is_an_error():
+    pool = BlockPool(LAYOUT, 2)
+    b = pool.allocate(1)
+    pool.free(b)
+    with pytest.raises(ValueError, match="freed more often"):
+        pool.free(b)
+
+
+def test_copy_on_write_copies_kv_and_leaves_the_original_to_its_other_owner():
+    pool = BlockPool(LAYOUT, 4)
+    (b,) = pool.allocate(1)
+    for k, v in pool.kv_caches:
+        k[b].normal_()
+        v[b].normal_()
+    pool.fork([b])
+    new = pool.copy_on_write(b)
+    assert new != b and pool.ref_counts[b] == 1 and pool.ref_counts[new] == 1
+    for k, v in pool.kv_caches:
+        assert torch.equal(k[new], k[b]) and torch.equal(v[new], v[b])
+    assert pool.copy_on_write(new) == new  # sole owner writes in place

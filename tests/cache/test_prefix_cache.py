@@ -1,0 +1,141 @@
+"""The device-tier prefix cache on a real pool: keys, scopes, references, eviction, lookup order."""
+import hashlib
+from array import array
+
+import pytest
+import torch
+
+from zllm_core.cache.block_hash import chain_keys
+from zllm_core.cache.block_pool import BlockPool, KVLayout
+from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
+from zllm_core.cache.scope import CacheHint, Scope
+
+BS = 4
+LAYOUT = KVLayout(num_layers=1, num_kv_heads=1, head_dim=4, dtype=torch.float32, block_size=BS)
+SCOPE_A = Scope("model-a").digest()
+SCOPE_B = Scope("model-a", tenant="other").digest()
+
+
+def run_request(cache: PrefixCache, rid: str, tokens: list[int], scope: bytes = SCOPE_A,
+                cache_id: str | None = None, finish: bool = True):
+    """What the scheduler and engine do for one request whose prompt is fully prefilled."""
+    hit = cache.match(rid, tokens, CacheRequest(scope, cache_id))
+    pool = cache.pool
+    table = hit.blocks + pool.allocate(-(-len(tokens) // BS) - len(hit.blocks))
+    cache.commit(rid, tokens, table, len(tokens))
+    if finish:
+        pool.free(table)
+        cache.release(rid, table, tokens)
+    return hit, table
+
+
+def test_native_chain_matches_sha256_of_parent_scope_and_tokens():
+    keys = chain_keys(list(range(8)), 4, b"scope")
+    first = hashlib.sha256(b"scope" + array("i", range(4)).tobytes()).digest()
+    assert keys[0] == first
+    assert keys[1] == hashlib.sha256(first + b"scope" + array("i", range(4, 8)).tobytes()).digest()
+    assert chain_keys(list(range(7)), 4, b"scope") == keys[:1]  # partial blocks have no key
+    assert len(chain_keys(list(range(8)), 4, b"s", algo="fast128")[0]) == 16
+
+
+def test_unchained_block_keys_would_share_a_block_across_different_histories():
+    a = [1, 2, 3, 4, 9, 9, 9, 9]
+    b = [5, 6, 7, 8, 9, 9, 9, 9]
+    unchained = [chain_keys(x[4:], 4, SCOPE_A)[0] for x in (a, b)]
+    chained = [chain_keys(x, 4, SCOPE_A)[1] for x in (a, b)]
+    assert unchained[0] == unchained[1]  # the tempting key hands b the K/V computed after a's history
+    assert chained[0] != chained[1]
+
+
+def test_a_second_scope_never_hits():
+    cache = PrefixCache(BlockPool(LAYOUT, 32))
+    tokens = list(range(20))
+    run_request(cache, "a", tokens)
+    assert run_request(cache, "b", tokens, scope=SCOPE_B)[0].kind == "cold"
+    assert run_request(cache, "c", tokens)[0].num_tokens == 16
+
+
+def test_match_never_covers_the_final_prompt_token():
+    cache = PrefixCache(BlockPool(LAYOUT, 32))
+    tokens = list(range(16))  # exactly four blocks
+    run_request(cache, "a", tokens)
+    hit, _ = run_request(cache, "b", tokens)
+    assert hit.num_tokens == 12 and hit.kind == "longest_prefix"
+
+
+def test_shared_blocks_carry_one_reference_per_user_plus_the_index():
+    pool = BlockPool(LAYOUT, 32)
+    cache = PrefixCache(pool)
+    prefix = list(range(12))
+    _, t1 = run_request(cache, "a", prefix + [100, 101], finish=False)
+    _, t2 = run_request(cache, "b", prefix + [200, 201], finish=False)
+    shared = t1[:3]
+    assert t2[:3] == shared
+    assert all(pool.ref_counts[b] == 3 for b in shared)  # two users + the index
+    for rid, table, tail in (("a", t1, [100, 101]), ("b", t2, [200, 201])):
+        pool.free(table)
+        cache.release(rid, table, prefix + tail)
+    assert all(pool.ref_counts[b] == 1 for b in shared)
+    cache.clear()
+    assert pool.is_empty()
+
+
+def test_eviction_takes_unused_blocks_tail_first_and_never_one_in_use():
+    pool = BlockPool(LAYOUT, 32)
+    cache = PrefixCache(pool)
+    _, done = run_request(cache, "a", list(range(12)) + [0])
+    _, busy = run_request(cache, "b", list(range(50, 62)) + [0], finish=False)
+    assert cache.evict(1) == 1
+    assert pool.ref_counts[done[2]] == 0 and pool.ref_counts[done[0]] == 1  # tail went first
+    assert cache.evict(100) == 2  # the rest of "a"; "b"'s blocks are in use
+    assert all(pool.ref_counts[b] == 2 for b in busy[:3])
+
+
+def test_exact_cache_id_is_verified_against_the_tokens():
+    cache = PrefixCache(BlockPool(LAYOUT, 64))
+    first = list(range(20))
+    run_request(cache, "a", first, cache_id="conv-1")
+    hit, _ = run_request(cache, "b", first + [7, 7, 7, 7, 7], cache_id="conv-1")
+    assert hit.kind == "exact_id" and hit.num_tokens == 20
+    liar = [99] * 25  # same id, different conversation: the id is a hint, not proof
+    hit, _ = run_request(cache, "c", liar, cache_id="conv-1")
+    assert hit.kind == "cold" and hit.num_tokens == 0
+    assert dict(cache.stats.lookups) == {"cold": 2, "exact_id": 1}
+
+
+def test_cache_hint_scopes_by_tenant_and_salt():
+    base = Scope("m", "t")
+    assert CacheHint(tenant="x").scope(base).digest() != CacheHint(tenant="y").scope(base).digest()
+    assert CacheHint(salt="s").scope(base).digest() != CacheHint().scope(base).digest()
+    assert CacheHint(cache_id="k").scope(base).digest() == CacheHint().scope(base).digest()
+
+
+def test_near_miss_is_logged_with_position_and_both_sides(caplog):
+    cache = PrefixCache(BlockPool(LAYOUT, 1024), describe=lambda ids: " ".join(map(str, ids)))
+    history = list(range(1200))
+    run_request(cache, "a", history)
+    forked = history[:1100] + [-1] + history[1101:] + [5, 5]
+    with caplog.at_level("WARNING", logger="zllm.cache"):
+        run_request(cache, "b", forked)
+    assert cache.stats.near_misses == 1
+    miss = cache.near_misses[-1]
+    assert miss.position == 1100 and "-1" in miss.ours and "1100" in miss.theirs
+    assert "near-miss at token 1100" in caplog.text
+
+
+def test_round_limit_drops_old_terminal_states_but_not_shared_blocks():
+    cache = PrefixCache(BlockPool(LAYOUT, 256), max_rounds=2)
+    tokens = list(range(8))
+    for turn in range(4):
+        tokens = tokens + [turn] * 8
+        run_request(cache, f"t{turn}", tokens, cache_id="conv")
+    assert len(cache.sessions) == 2
+    hit, _ = run_request(cache, "next", tokens + [1], cache_id="conv")
+    assert hit.num_tokens == len(tokens)
+
+
+@pytest.mark.parametrize("algo", ["sha256", "fast128"])
+def test_both_hash_algorithms_serve_hits(algo):
+    cache = PrefixCache(BlockPool(LAYOUT, 32), hash_algo=algo)
+    run_request(cache, "a", list(range(10)))
+    assert run_request(cache, "b", list(range(10)))[0].num_tokens == 8

@@ -1,0 +1,193 @@
+"""The device tier of the prefix cache: lookup order, adoption, registration, accounting.
+
+Lookup order for a new request: its exact cache id (``prompt_cache_key``,
+``previous_response_id``, a session header) verified token by token against the stored
+terminal state -- an id is a hint, never proof -- then the longest chained-key prefix in
+the index, then cold.  A match never covers the final prompt token: the model must run at
+least one position to produce the next token's logits.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+from zllm_core.cache.block_hash import chain_keys
+from zllm_core.cache.block_pool import BlockPool
+from zllm_core.cache.prefix_index import PrefixIndex
+from zllm_core.cache.terminal_sessions import TerminalSession, TerminalSessions, common_prefix
+
+log = logging.getLogger("zllm.cache")
+
+NEAR_MISS_MIN_TOKENS = 1024
+NEAR_MISS_MIN_FRACTION = 0.9
+
+
+@dataclass(frozen=True)
+class CacheRequest:
+    """What a request brings to the cache besides its tokens."""
+
+    scope: bytes  # Scope.digest()
+    cache_id: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class PrefixMatch:
+    blocks: list[int]
+    num_tokens: int
+    kind: str  # "exact_id" | "longest_prefix" | "cold"
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    position: int
+    shared_tokens: int
+    session_tokens: int
+    ours: str
+    theirs: str
+
+
+@dataclass
+class CacheStats:
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    lookups: Counter = field(default_factory=Counter)
+    near_misses: int = 0
+
+    @property
+    def token_hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+@dataclass
+class _Live:
+    request: CacheRequest
+    keys: list[bytes]  # chain keys of the full blocks computed so far
+    registered: int
+    parent: Optional[TerminalSession]
+
+
+class PrefixCache:
+    def __init__(self, pool: BlockPool, hash_algo: str = "sha256", max_rounds: int = 4,
+                 describe: Callable[[Sequence[int]], str] = repr):
+        self.pool = pool
+        self.block_size = pool.block_size
+        self.hash_algo = hash_algo
+        self.index = PrefixIndex(pool)
+        self.sessions = TerminalSessions(max_rounds)
+        self.stats = CacheStats()
+        self.near_misses: list[NearMiss] = []
+        self._describe = describe  # tokens -> text, for diagnostics only
+        self._live: dict[str, _Live] = {}
+
+    def keys(self, tokens: Sequence[int], scope: bytes, parent: bytes = b"") -> list[bytes]:
+        return chain_keys(tokens, self.block_size, scope, parent, self.hash_algo)
+
+    # -- lookup -------------------------------------------------------------------------
+
+    def match(self, request_id: str, tokens: Sequence[int], request: CacheRequest,
+              count: bool = True) -> PrefixMatch:
+        """Find and adopt the longest reusable prefix of ``tokens``.
+
+        ``count`` is false when a preempted or deferred request matches again, so the
+        hit-rate counters see each request once."""
+        usable = (len(tokens) - 1) // self.block_size  # full blocks before the final token
+        found = self._match_by_id(tokens, request, usable) or self._match_longest(tokens, request, usable)
+        keys, blocks, kind, parent = found
+        self.index.adopt(blocks)
+        self._live[request_id] = _Live(request, keys[:len(blocks)], len(blocks), parent)
+        n = len(blocks) * self.block_size
+        if count:
+            self.stats.requests += 1
+            self.stats.prompt_tokens += len(tokens)
+            self.stats.cached_tokens += n
+            self.stats.lookups[kind] += 1
+        return PrefixMatch(blocks, n, kind)
+
+    def _match_by_id(self, tokens, request: CacheRequest, usable: int):
+        if request.cache_id is None:
+            return None
+        session = self.sessions.latest(request.scope, request.cache_id)
+        if session is None:
+            return None
+        shared = common_prefix(session.tokens, tokens)
+        self._check_near_miss(tokens, session, shared)
+        keys = list(session.keys[:min(shared // self.block_size, usable)])
+        blocks = self.index.lookup(keys)
+        if not blocks:
+            return None
+        return keys, blocks, "exact_id", session
+
+    def _match_longest(self, tokens, request: CacheRequest, usable: int):
+        keys = self.keys(tokens[:usable * self.block_size], request.scope)
+        blocks = self.index.lookup(keys)
+        parent = None
+        for session in self.sessions.recent(request.scope):
+            shared = self._shared_with(session, tokens, keys)
+            if parent is None and shared >= len(blocks) * self.block_size and blocks:
+                parent = session
+            self._check_near_miss(tokens, session, shared)
+        return keys, blocks, ("longest_prefix" if blocks else "cold"), parent
+
+    def _shared_with(self, session: TerminalSession, tokens, keys: list[bytes]) -> int:
+        """Tokens shared with a session: equal chain keys imply equal prefixes, so bisect."""
+        lo, hi = 0, min(len(keys), len(session.keys))
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if session.keys[mid - 1] == keys[mid - 1]:
+                lo = mid
+            else:
+                hi = mid - 1
+        start = lo * self.block_size
+        # A differing key pins the fork inside its block; if every key agreed, it may lie further.
+        end = start + self.block_size if lo < min(len(keys), len(session.keys)) else None
+        return start + common_prefix(session.tokens[start:end], tokens[start:end])
+
+    def _check_near_miss(self, tokens, session: TerminalSession, shared: int) -> None:
+        """Log a request that shares most of a resident prefix but forks before its end."""
+        total = len(session.tokens)
+        if (shared < NEAR_MISS_MIN_TOKENS or shared <= NEAR_MISS_MIN_FRACTION * total
+                or shared >= total or shared >= len(tokens)):
+            return
+        lo, hi = max(0, shared - 8), shared + 8
+        miss = NearMiss(shared, shared, total, self._describe(tokens[lo:hi]),
+                        self._describe(list(session.tokens[lo:hi])))
+        self.near_misses.append(miss)
+        del self.near_misses[:-32]
+        self.stats.near_misses += 1
+        log.warning("prefix near-miss at token %d of a %d-token resident prefix: request has "
+                    "%r (ids %s), resident has %r (ids %s)", shared, total, miss.ours,
+                    list(tokens[shared:hi]), miss.theirs, list(session.tokens[shared:hi]))
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def commit(self, request_id: str, tokens: Sequence[int], block_table: Sequence[int],
+               num_computed: int) -> None:
+        """Index blocks this request has just completed (in prefill or decode)."""
+        live = self._live.get(request_id)
+        if live is None:
+            return
+        full = num_computed // self.block_size
+        if full > len(live.keys):
+            parent = live.keys[-1] if live.keys else b""
+            start = len(live.keys) * self.block_size
+            live.keys += self.keys(tokens[start:full * self.block_size], live.request.scope, parent)
+        self.index.register(live.keys[live.registered:full], block_table[live.registered:full])
+        live.registered = max(live.registered, full)
+
+    def release(self, request_id: str, blocks: Sequence[int], tokens: Optional[Sequence[int]] = None) -> None:
+        """The request let go of ``blocks`` (already freed in the pool). With ``tokens``, it
+        finished successfully and its terminal state stays resident for the next turn."""
+        live = self._live.pop(request_id, None)
+        if live is not None and tokens is not None:
+            self.sessions.record(live.request.cache_id, live.request.scope, tokens,
+                                 live.keys[:live.registered], live.parent)
+        self.index.released(blocks)
+
+    def evict(self, n: int) -> int:
+        return self.index.evict(n)
+
+    def clear(self) -> None:
+        self.index.clear()

@@ -1,0 +1,75 @@
+"""The scope of a cached state: everything but the tokens that determines its keys and values.
+
+Sharing happens only between identical scopes, and the scope enters every block key,
+so it must be assembled with the care of an artefact manifest: model weights and dtype,
+tokenizer, chat template, adapters, and the tenant (or an explicit per-request salt).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+# Bytes sampled from each end of every weight file: with the headers (names, shapes,
+# dtypes, offsets) and sizes, a changed checkpoint changes the manifest without hashing
+# tens of gigabytes at every start.
+_SAMPLE = 1 << 20
+
+
+def model_manifest(model_dir: Path, dtype: str) -> str:
+    """A stable digest of a checkpoint directory as served in ``dtype``."""
+    h = hashlib.sha256(f"dtype={dtype}\n".encode())
+    for name in ("config.json", "generation_config.json"):
+        path = model_dir / name
+        if path.exists():
+            h.update(name.encode() + b"\0" + path.read_bytes())
+    for path in sorted(model_dir.glob("*.safetensors")):
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+            h.update(path.name.encode() + b"\0" + str(size).encode() + f.read(header_len))
+            h.update(f.read(_SAMPLE))
+            f.seek(max(8 + header_len, size - _SAMPLE))
+            h.update(f.read(_SAMPLE))
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Scope:
+    model: str  # model_manifest()
+    tokenizer: str = ""
+    template: str = ""
+    adapters: tuple[str, ...] = ()
+    tenant: str = ""
+    salt: str = ""
+
+    def digest(self) -> bytes:
+        """32 bytes that enter every block hash of this scope."""
+        body = json.dumps([self.model, self.tokenizer, self.template, list(self.adapters),
+                           self.tenant, self.salt], separators=(",", ":"))
+        return hashlib.sha256(body.encode()).digest()
+
+
+def tokenizer_manifest(model_dir: Path) -> str:
+    """Digest of the files that define tokenization (and the template inside tokenizer_config)."""
+    h = hashlib.sha256()
+    for path in sorted(model_dir.iterdir()):
+        if path.name.startswith("tokenizer") or path.suffix == ".tiktoken" or path.suffix == ".jinja":
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class CacheHint:
+    """Per-request cache inputs from the protocol layer."""
+
+    tenant: str = ""  # from the API key
+    salt: str = ""  # an explicit per-request isolation salt
+    template: str = ""  # identity of the template options that shaped the prompt
+    cache_id: str | None = None  # prompt_cache_key / previous_response_id / session header
+
+    def scope(self, base: Scope) -> Scope:
+        return Scope(base.model, base.tokenizer, self.template or base.template, base.adapters,
+                     self.tenant, self.salt)

@@ -1,0 +1,86 @@
+"""Terminal states of finished requests: what the next turn of a conversation is matched against.
+
+A terminal session is metadata (tokens, scope, block keys, parent, round); the K/V itself
+lives in indexed blocks, so branches that share history share blocks and eviction of
+unused blocks releases only what no branch is using.
+"""
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
+
+
+@dataclass(frozen=True)
+class TerminalSession:
+    serial: int
+    cache_id: Optional[str]
+    scope: bytes
+    tokens: array  # int32 token ids: prompt and output
+    keys: tuple[bytes, ...]  # chain keys of its computed full blocks
+    parent: Optional[int]
+    round: int
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    step = 4096  # compare in slices: C-speed equality, Python only at the divergence
+    while i + step <= n and a[i:i + step] == b[i:i + step]:
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class TerminalSessions:
+    def __init__(self, max_rounds: int = 4, max_tokens: int = 16 << 20):
+        self.max_rounds = max_rounds
+        self.max_tokens = max_tokens
+        self._all: OrderedDict[int, TerminalSession] = OrderedDict()  # oldest first
+        self._by_id: dict[tuple[bytes, str], list[int]] = {}
+        self._num_tokens = 0
+        self._serial = 0
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def record(self, cache_id: Optional[str], scope: bytes, tokens: Sequence[int], keys: Sequence[bytes],
+               parent: Optional[TerminalSession]) -> TerminalSession:
+        self._serial += 1
+        session = TerminalSession(self._serial, cache_id, scope, array("i", tokens), tuple(keys),
+                                  parent.serial if parent else None, parent.round + 1 if parent else 0)
+        self._all[session.serial] = session
+        self._num_tokens += len(session.tokens)
+        if cache_id is not None:
+            rounds = self._by_id.setdefault((scope, cache_id), [])
+            rounds.append(session.serial)
+            while len(rounds) > self.max_rounds:  # intermediate states do not stay forever
+                self._remove(rounds[0])
+        while self._num_tokens > self.max_tokens and len(self._all) > 1:
+            self._remove(next(iter(self._all)))
+        return session
+
+    def latest(self, scope: bytes, cache_id: str) -> Optional[TerminalSession]:
+        rounds = self._by_id.get((scope, cache_id))
+        return self._all[rounds[-1]] if rounds else None
+
+    def recent(self, scope: bytes, limit: int = 64) -> Iterator[TerminalSession]:
+        """The most recent sessions of a scope, newest first."""
+        found = 0
+        for session in reversed(self._all.values()):
+            if found == limit:
+                return
+            if session.scope == scope:
+                found += 1
+                yield session
+
+    def _remove(self, serial: int) -> None:
+        session = self._all.pop(serial)
+        self._num_tokens -= len(session.tokens)
+        if session.cache_id is not None:
+            rounds = self._by_id[(session.scope, session.cache_id)]
+            rounds.remove(serial)
+            if not rounds:
+                del self._by_id[(session.scope, session.cache_id)]

@@ -1,0 +1,47 @@
+"""The ``zllm`` command line."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+
+def add_generate_parser(sub) -> None:
+    p = sub.add_parser("generate", help="complete a prompt on a model (default: the embedded zllm-demo)")
+    p.add_argument("prompt")
+    p.add_argument("--model", default="zllm-demo", help="HF model directory or zllm-demo")
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--device", default="cpu")
+    p.set_defaults(func=run_generate)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from zllm_core.engine.llm import LLM
+    from zllm_core.engine.sampling_params import SamplingParams
+
+    llm = LLM(args.model, device=args.device)
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
+                            top_p=args.top_p, seed=args.seed)
+    (out,) = llm.generate(args.prompt, params)
+    print(out.text)
+    print(f"[{len(out.prompt_ids)} prompt tokens, {len(out.token_ids)} generated, "
+          f"finish: {out.finish_reason}]", file=sys.stderr)
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="zllm", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_generate_parser(sub)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as exc:
+        parser.exit(2, f"zllm: error: {exc}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""An asyncio front for the engine: the step loop runs on its own thread, requests stream events.
+
+Everything that touches engine state (adding, aborting, stepping) happens on the engine
+thread; the event loop only submits commands and receives outputs.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import queue
+import threading
+from dataclasses import dataclass
+from typing import AsyncIterator, Optional
+
+from zllm_core.cache.scope import CacheHint
+from zllm_core.engine.llm_engine import EngineConfig, LLMEngine, RequestOutput
+from zllm_core.engine.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True)
+class GenerationEvent:
+    token_ids: list[int]
+    text: str
+    finish_reason: Optional[str]
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+
+
+class EngineError(RuntimeError):
+    """A request the engine refused (bad prompt, bad parameters) or a failed step."""
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine):
+        self.engine = engine
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._sinks: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._ids = itertools.count()
+        self._wake = threading.Event()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="zllm-engine", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_model(cls, model: str = "zllm-demo", **config) -> "AsyncEngine":
+        return cls(LLMEngine.from_config(EngineConfig(model=model, **config)))
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    @property
+    def model_config(self):
+        return self.engine.model.config
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams,
+                       request_id: Optional[str] = None,
+                       cache: Optional[CacheHint] = CacheHint()) -> AsyncIterator[GenerationEvent]:
+        rid = request_id or f"req-{next(self._ids)}"
+        sink: asyncio.Queue = asyncio.Queue()
+        self._sinks[rid] = (asyncio.get_running_loop(), sink)
+        self._submit(("add", rid, list(prompt_ids), params, cache))
+        finished = False
+        try:
+            while True:
+                item = await sink.get()
+                if isinstance(item, Exception):
+                    finished = True
+                    raise item
+                yield item
+                if item.finish_reason is not None:
+                    finished = True
+                    return
+        finally:
+            self._sinks.pop(rid, None)
+            if not finished:  # the consumer went away: free the request's blocks
+                self._submit(("abort", rid))
+
+    def abort(self, request_id: str) -> None:
+        self._submit(("abort", request_id))
+
+    def shutdown(self) -> None:
+        self._closed = True
+        self._wake.set()
+        self._thread.join(timeout=10)
+
+    # -- engine thread ------------------------------------------------------------------
+
+    def _submit(self, command: tuple) -> None:
+        self._commands.put(command)
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._closed:
+            self._drain_commands()
+            if not self.engine.has_unfinished():
+                self._wake.wait(timeout=0.5)
+                self._wake.clear()
+                continue
+            try:
+                outputs = self.engine.step()
+            except Exception as exc:  # a failed step must not strand waiting clients
+                self._fail_all(exc)
+                continue
+            for out in outputs:
+                self._deliver(out.request_id, _event(out))
+
+    def _drain_commands(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if command[0] == "add":
+                _, rid, prompt_ids, params, cache = command
+                try:
+                    self.engine.add_request(rid, prompt_ids, params, cache)
+                except ValueError as exc:
+                    self._deliver(rid, EngineError(str(exc)))
+            else:
+                self.engine.abort(command[1])
+
+    def _fail_all(self, exc: Exception) -> None:
+        for rid in self.engine.abort_all():
+            self._deliver(rid, EngineError(f"engine step failed: {exc}"))
+
+    def _deliver(self, rid: str, item) -> None:
+        target = self._sinks.get(rid)
+        if target is not None:
+            loop, sink = target
+            loop.call_soon_threadsafe(sink.put_nowait, item)
+
+
+def _event(out: RequestOutput) -> GenerationEvent:
+    return GenerationEvent(out.new_token_ids, out.text, out.finish_reason, out.prompt_tokens,
+                           out.cached_tokens, out.completion_tokens)

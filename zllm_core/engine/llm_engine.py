@@ -1,0 +1,187 @@
+"""The engine step: schedule -> run the model -> sample -> post-process.
+
+It works on token ids; text appears only in the detokenizer that turns finished
+tokens into stream text and applies stop strings.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence as Seq
+
+import torch
+
+from zllm_core.cache.block_pool import BlockPool, KVLayout
+from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
+from zllm_core.cache.scope import CacheHint, Scope, model_manifest, tokenizer_manifest
+from zllm_core.engine.detokenizer import StreamDetokenizer
+from zllm_core.engine.model_runner import ModelRunner
+from zllm_core.engine.sampler import sample
+from zllm_core.engine.sampling_params import SamplingParams
+from zllm_core.engine.scheduler import Scheduler, SchedulerConfig
+from zllm_core.engine.sequence import Sequence, Status
+from zllm_core.model.attention_backend import select_backend
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str = "zllm-demo"
+    dtype: Optional[str] = None
+    device: str = "cpu"
+    block_size: int = 16
+    kv_cache_bytes: int = 1 << 30
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    max_model_len: Optional[int] = None
+    attention_backend: str = "auto"
+    enable_prefix_cache: bool = True
+    block_hash: str = "sha256"  # or "fast128"
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    request_id: str
+    new_token_ids: list[int]
+    text: str  # newly released text
+    finish_reason: Optional[str]  # "stop" | "length" | "abort" once finished
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+class LLMEngine:
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, config: EngineConfig, scope: Scope):
+        self.config = config
+        self.scope = scope
+        self.model = model
+        self.tokenizer = tokenizer
+        mc = model.config
+        self.device = torch.device(config.device)
+        self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
+        dtype = next(model.parameters()).dtype
+        layout = KVLayout(mc.num_layers, mc.num_kv_heads, mc.head_dim, dtype, config.block_size)
+        self.pool = BlockPool.from_budget(layout, config.kv_cache_bytes, self.device)
+        self.cache = None
+        if config.enable_prefix_cache:
+            describe = tokenizer.decode if tokenizer is not None else repr
+            self.cache = PrefixCache(self.pool, config.block_hash, describe=describe)
+        sched_config = SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens)
+        self.scheduler = Scheduler(self.pool, sched_config, self.cache)
+        self.runner = ModelRunner(model, self.pool, select_backend(self.device, config.attention_backend), self.device)
+        self.eos_token_ids = frozenset(mc.eos_token_ids)
+        self._seqs: dict[str, Sequence] = {}
+        self._detok: dict[str, StreamDetokenizer] = {}
+        self._arrivals = itertools.count()
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> "LLMEngine":
+        from zllm_core.model.demo import resolve_model_dir
+        from zllm_core.model.loader import load_model
+        from zllm_core.tokenizer import Tokenizer
+
+        model_dir = resolve_model_dir(config.model)
+        model = load_model(model_dir, dtype=config.dtype, device=config.device)
+        dtype = str(next(model.parameters()).dtype)
+        scope = Scope(model_manifest(model_dir, dtype), tokenizer_manifest(model_dir))
+        return cls(model, Tokenizer.from_pretrained(model_dir), config, scope)
+
+    # -- requests ---------------------------------------------------------------------
+
+    def add_request(self, request_id: str, prompt_ids: Seq[int], params: SamplingParams,
+                    cache: Optional[CacheHint] = CacheHint()) -> None:
+        """Queue a request. ``cache=None`` keeps it out of the prefix cache entirely."""
+        if request_id in self._seqs:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        self._validate_prompt(prompt_ids)
+        seq = Sequence(request_id, list(prompt_ids), len(prompt_ids), params, next(self._arrivals))
+        if cache is not None and self.cache is not None:
+            seq.cache = CacheRequest(cache.scope(self.scope).digest(), cache.cache_id)
+        if params.seed is not None:
+            seq.generator = torch.Generator(self.device).manual_seed(params.seed)
+        self._seqs[request_id] = seq
+        if self.tokenizer is not None:
+            self._detok[request_id] = StreamDetokenizer(self.tokenizer.decode_bytes, params.stop)
+        self.scheduler.add(seq)
+
+    def _validate_prompt(self, prompt_ids: Seq[int]) -> None:
+        if not prompt_ids:
+            raise ValueError("prompt must contain at least one token")
+        if len(prompt_ids) >= self.max_model_len:
+            raise ValueError(f"prompt has {len(prompt_ids)} tokens; the context length is "
+                             f"{self.max_model_len} and at least one token must be generated")
+        vocab = self.model.config.vocab_size
+        bad = next((t for t in prompt_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ValueError(f"prompt token id {bad} is outside the vocabulary (size {vocab})")
+        capacity = self.pool.num_blocks * self.pool.block_size
+        if len(prompt_ids) >= capacity:
+            raise ValueError(f"prompt has {len(prompt_ids)} tokens; the KV cache holds {capacity}")
+
+    def abort(self, request_id: str) -> Optional[RequestOutput]:
+        seq = self._seqs.get(request_id)
+        if seq is None:
+            return None
+        self.scheduler.finish(seq, "abort")
+        return self._output(seq, [], "")
+
+    def abort_all(self) -> list[str]:
+        ids = list(self._seqs)
+        for rid in ids:
+            self.abort(rid)
+        return ids
+
+    def has_unfinished(self) -> bool:
+        return bool(self._seqs)
+
+    # -- the step ---------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        batch = self.scheduler.schedule()
+        if batch is None:
+            return []
+        logits = self.runner.run(batch)
+        for chunk in batch.chunks:
+            seq = chunk.seq
+            seq.num_computed += chunk.length
+            if self.cache is not None and seq.cache is not None:
+                self.cache.commit(seq.request_id, seq.token_ids, seq.block_table, seq.num_computed)
+        sampled = [c.seq for c in batch.chunks if c.samples]
+        tokens = sample(logits, sampled)
+        return [self._append(seq, tok) for seq, tok in zip(sampled, tokens)]
+
+    def _append(self, seq: Sequence, token: int) -> RequestOutput:
+        seq.token_ids.append(token)
+        reason = self._stop_reason(seq, token)
+        detok = self._detok.get(seq.request_id)
+        text = ""
+        if detok is not None:
+            if reason != "stop_token":
+                text = detok.push([token])
+            if detok.stopped:
+                reason = "stop"
+            if reason:
+                text += detok.flush()
+        if reason:
+            self.scheduler.finish(seq, "stop" if reason == "stop_token" else reason)
+        return self._output(seq, [token], text)
+
+    def _stop_reason(self, seq: Sequence, token: int) -> Optional[str]:
+        p = seq.params
+        if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
+            return "stop_token"
+        if seq.num_output >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+            return "length"
+        if seq.num_tokens >= self.pool.num_blocks * self.pool.block_size:
+            return "length"  # the sequence alone would fill the KV cache
+        return None
+
+    def _output(self, seq: Sequence, new: list[int], text: str) -> RequestOutput:
+        if seq.status is Status.FINISHED:
+            self._seqs.pop(seq.request_id, None)
+            self._detok.pop(seq.request_id, None)
+        return RequestOutput(seq.request_id, new, text, seq.finish_reason, seq.prompt_len,
+                             seq.num_cached, seq.num_output)

@@ -1,0 +1,49 @@
+"""From logits to next tokens: the per-request hook first, then vectorised sampling."""
+from __future__ import annotations
+
+import torch
+
+from zllm_core.engine.sequence import Sequence
+
+
+def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Mask (to -inf) what falls outside each row's top-k and nucleus; one sort for the batch."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    vocab = logits.shape[-1]
+    k = torch.where(top_k > 0, top_k, torch.full_like(top_k, vocab)).clamp(max=vocab)
+    ranks = torch.arange(vocab, device=logits.device)[None, :]
+    drop = ranks >= k[:, None]
+    probs = sorted_logits.masked_fill(drop, float("-inf")).softmax(dim=-1)
+    # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
+    drop |= (probs.cumsum(dim=-1) - probs) >= top_p[:, None]
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
+def _exponential_noise(shape: tuple[int, int], seqs: list[Sequence], device: torch.device) -> torch.Tensor:
+    noise = torch.empty(shape, device=device).exponential_()
+    for i, seq in enumerate(seqs):
+        if seq.generator is not None:  # seeded requests draw from their own stream
+            noise[i].exponential_(generator=seq.generator)
+    return noise
+
+
+def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
+    """``logits`` is fp32 ``[len(seqs), vocab]``; it is modified in place by hooks."""
+    for i, seq in enumerate(seqs):
+        if seq.params.logits_hook is not None:
+            seq.params.logits_hook(seq.token_ids, logits[i])
+    out = logits.argmax(dim=-1)
+    rows = [i for i, s in enumerate(seqs) if not s.params.greedy]
+    if rows:
+        sub = [seqs[i] for i in rows]
+        idx = torch.tensor(rows, device=logits.device)
+        x = logits[idx] / torch.tensor([s.params.temperature for s in sub], device=logits.device)[:, None]
+        if any(s.params.top_k > 0 or s.params.top_p < 1.0 for s in sub):
+            top_k = torch.tensor([s.params.top_k for s in sub], device=logits.device)
+            top_p = torch.tensor([s.params.top_p for s in sub], device=logits.device)
+            x = _filter_top_k_top_p(x, top_k, top_p)
+        # Exponential race: argmax(p / E) with E ~ Exp(1) is a draw from p, without a cumsum.
+        probs = x.softmax(dim=-1)
+        out[idx] = (probs / _exponential_noise(tuple(probs.shape), sub, logits.device)).argmax(dim=-1)
+    return out.tolist()

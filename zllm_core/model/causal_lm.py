@@ -1,0 +1,63 @@
+"""A decoder-only language model over flattened tokens and a paged KV cache."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zllm_core.model.attention_backend import ForwardContext
+from zllm_core.model.config import ModelConfig
+from zllm_core.model.decoder import DecoderLayer
+from zllm_core.model.layers import RMSNorm, RotaryEmbedding, Targets
+
+
+class CausalLM(nn.Module):
+    """Embeddings, the decoder stack, the final norm and the LM head.
+
+    ``forward`` takes every new token of a step (all sequences flattened) and returns their
+    final hidden states; the runner picks the rows it needs and calls ``compute_logits``,
+    so the vocabulary projection runs only for tokens that are sampled.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.rotary = RotaryEmbedding(config)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = None if config.tie_word_embeddings else nn.Linear(
+            config.hidden_size, config.vocab_size, bias=False)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """``input_ids`` and ``positions`` are ``[T]``; returns normed hidden states ``[T, hidden]``."""
+        h = self.embed_tokens(input_ids)
+        rope = self.rotary(positions, h.dtype)
+        for layer in self.layers:
+            h = layer(h, rope, ctx)
+        return self.norm(h)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``[N, hidden]`` -> float32 ``[N, vocab]``."""
+        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, head).float()
+
+    def checkpoint_targets(self) -> Targets:
+        """Every tensor a Hugging Face checkpoint must provide, and where it goes."""
+        targets: Targets = {
+            "model.embed_tokens.weight": (self.embed_tokens.weight, slice(None)),
+            "model.norm.weight": (self.norm.weight, slice(None)),
+        }
+        if self.lm_head is not None:
+            targets["lm_head.weight"] = (self.lm_head.weight, slice(None))
+        for i, layer in enumerate(self.layers):
+            targets.update(layer.checkpoint_targets(f"model.layers.{i}."))
+        return targets
