@@ -32,42 +32,34 @@ size_t table_size(size_t n) {
 }  // namespace
 
 uint64_t hash_bytes(const uint8_t* p, size_t n) {
-  uint64_t h = 0x9E3779B97F4A7C15ull * (n + 1);
-  while (n >= 8) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    h = (h ^ v) * 0xbf58476d1ce4e5b9ull;
-    h = (h << 27) | (h >> 37);
-    p += 8;
-    n -= 8;
-  }
-  if (n) {
-    uint64_t v = 0;
-    std::memcpy(&v, p, n);
-    h = (h ^ v) * 0x94d049bb133111ebull;
+  uint64_t h = load_prefix(p, n) ^ (uint64_t(n) * 0x9E3779B97F4A7C15ull);
+  for (size_t k = 8; k < n; k += 8) {
+    h = ((h << 27) | (h >> 37)) * 0xbf58476d1ce4e5b9ull;
+    h ^= load_prefix(p + k, n - k);
   }
   return mix(h);
 }
 
 void TokenIndex::build(const uint32_t* offsets, const char* arena, const std::vector<uint32_t>& ids) {
-  slots_.assign(table_size(ids.size()), 0);
+  slots_.assign(table_size(ids.size()), Slot{0, 0, 0});
   mask_ = slots_.size() - 1;
   for (uint32_t id : ids) {
     const uint8_t* p = reinterpret_cast<const uint8_t*>(arena) + offsets[id];
     size_t n = offsets[id + 1] - offsets[id];
     uint64_t i = hash_bytes(p, n) & mask_;
-    while (slots_[i]) i = (i + 1) & mask_;
-    slots_[i] = id + 1;
+    while (slots_[i].id_plus_1) i = (i + 1) & mask_;
+    slots_[i] = Slot{load_prefix(p, n), uint32_t(n), id + 1};
   }
 }
 
 uint32_t TokenIndex::find(const uint8_t* p, size_t n, uint64_t h, const uint32_t* offsets,
                           const char* arena) const {
+  const uint64_t prefix = load_prefix(p, n);
   for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
-    uint32_t s = slots_[i];
-    if (!s) return 0;
-    uint32_t lo = offsets[s - 1], hi = offsets[s];
-    if (hi - lo == n && std::memcmp(arena + lo, p, n) == 0) return s;
+    const Slot& s = slots_[i];
+    if (!s.id_plus_1) return 0;
+    if (s.len != n || s.prefix != prefix) continue;
+    if (n <= 8 || std::memcmp(arena + offsets[s.id_plus_1 - 1] + 8, p + 8, n - 8) == 0) return s.id_plus_1;
   }
 }
 

@@ -5,10 +5,27 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
 namespace zllm {
+
+// The first min(n, 8) bytes of p, little-endian, zero-padded; never reads past p + n.
+inline uint64_t load_prefix(const uint8_t* p, size_t n) {
+  uint64_t v = 0;
+  if (n >= 8) {
+    std::memcpy(&v, p, 8);
+  } else if (n >= 4) {
+    uint32_t lo, hi;
+    std::memcpy(&lo, p, 4);
+    std::memcpy(&hi, p + n - 4, 4);
+    v = lo | (uint64_t(hi) << (8 * (n - 4)));
+  } else if (n > 0) {
+    v = p[0] | (uint64_t(p[n / 2]) << (8 * (n / 2))) | (uint64_t(p[n - 1]) << (8 * (n - 1)));
+  }
+  return v;
+}
 
 uint64_t hash_bytes(const uint8_t* p, size_t n);
 
@@ -22,7 +39,14 @@ class TokenIndex {
   uint32_t find(const uint8_t* p, size_t n, uint64_t h, const uint32_t* offsets, const char* arena) const;
 
  private:
-  std::vector<uint32_t> slots_;  // id + 1, 0 = empty
+  // A slot holds a key's first 8 bytes, so most lookups (pieces of up to 8 bytes) touch one
+  // cache line and never the arena.
+  struct Slot {
+    uint64_t prefix;
+    uint32_t len;
+    uint32_t id_plus_1;  // 0 = empty
+  };
+  std::vector<Slot> slots_;
   uint64_t mask_ = 0;
 };
 

@@ -26,10 +26,32 @@ Text utf8_of(const py::handle& obj) {
   return Text{reinterpret_cast<const uint8_t*>(p), size_t(n)};
 }
 
+// One Python int per token id, made once: building a list of cached ints is several times
+// cheaper than allocating an int per token (ids above 256 are not interned by Python).
+std::vector<PyObject*>& int_cache() {
+  static std::vector<PyObject*> ints;
+  return ints;
+}
+
+void grow_int_cache(size_t n) {
+  auto& ints = int_cache();
+  while (ints.size() < n) ints.push_back(PyLong_FromSize_t(ints.size()));
+}
+
 py::list to_list(const std::vector<uint32_t>& ids) {
+  const auto& ints = int_cache();
   PyObject* list = PyList_New(Py_ssize_t(ids.size()));
   if (!list) throw py::error_already_set();
-  for (size_t i = 0; i < ids.size(); ++i) PyList_SET_ITEM(list, Py_ssize_t(i), PyLong_FromUnsignedLong(ids[i]));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    PyObject* v;
+    if (ids[i] < ints.size()) {
+      v = ints[ids[i]];
+      Py_INCREF(v);
+    } else {
+      v = PyLong_FromUnsignedLong(ids[i]);
+    }
+    PyList_SET_ITEM(list, Py_ssize_t(i), v);
+  }
   return py::reinterpret_steal<py::list>(list);
 }
 
@@ -108,6 +130,9 @@ std::unique_ptr<TokenizerCore> make_core(const std::vector<py::bytes>& tokens,
   std::vector<Special> sp;
   for (const auto& [b, id] : specials) sp.push_back(Special{std::string(b), id});
   BytePairModel model(toks, merges, whole_piece_first);
+  size_t max_id = toks.size();
+  for (const Special& x : sp) max_id = std::max<size_t>(max_id, x.id + 1);
+  grow_int_cache(max_id);
   return std::make_unique<TokenizerCore>(std::move(model), std::move(grammars), std::move(sp));
 }
 

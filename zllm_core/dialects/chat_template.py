@@ -22,6 +22,7 @@ from .conversation import FunctionTool, Message
 from .dialect import ToolDialect
 from .json_args import hf_tojson
 
+PACKAGED = Path(__file__).resolve().parent / "templates"  # official templates shipped as package data
 _SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
 
 

@@ -38,13 +38,20 @@ class ToolDialect(ABC):
     @abstractmethod
     def render_tool_results(self, results: Sequence[Message]) -> str: ...
 
-    @abstractmethod
+    parser_class: type[StreamParser]
+
     def stream_parser(self, scope: str, tools: Sequence[FunctionTool] = (),
-                      in_reasoning: bool = False) -> StreamParser: ...
+                      in_reasoning: bool = False) -> StreamParser:
+        """A parser for one generation; `scope` (e.g. the request id) seeds its tool-call ids."""
+        return self.parser_class(scope, tools, in_reasoning)
 
     def json_string(self, value: str) -> str | None:
         """The JSON spelling a string argument must take to stay parseable, or None to print it raw."""
         return None
+
+    def json_value(self, raw: str) -> str:
+        """The spelling of a non-string argument's JSON text in this dialect's output."""
+        return raw
 
     def parse(self, text: str, scope: str, tools: Sequence[FunctionTool] = (),
               in_reasoning: bool = False) -> ParsedOutput:
@@ -69,5 +76,5 @@ class ToolDialect(ABC):
         return out
 
     def _template_call(self, call: ToolCall) -> dict[str, Any]:
-        arguments = template_arguments(call.arguments, self.json_string)
+        arguments = template_arguments(call.arguments, self.json_string, self.json_value)
         return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}}

@@ -13,9 +13,8 @@ from typing import Sequence
 from .conversation import FunctionTool, Message, ToolCall
 from .dialect import ToolDialect
 from .json_args import split_members, to_json
-from .param_values import ParamReader, StringSafety
+from .param_values import ParamParser, StringSafety
 from .scanner import Markers, escaped_spellings
-from .stream import StreamParser
 
 DSML = "｜DSML｜"
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
@@ -82,75 +81,23 @@ _AFTER = _markers(CALLS_START, CALLS_OPEN, CALLS_CLOSE, INVOKE_CLOSE, EOS)
 _SAFETY = StringSafety(_VALUE)
 
 
-class DsmlDialect(ToolDialect):
-    name = "dsml"
-    reasoning_prompt_suffix = THINK_OPEN
+class DsmlParser(ParamParser):
+    _reasoning_markers = _REASONING
+    _value_markers = _VALUE
+    _safety = _SAFETY
 
-    def render_tools(self, tools: Sequence[FunctionTool]) -> str:
-        schemas = "\n".join(to_json(t.openai_dict()["function"]) for t in tools)
-        return TOOLS_TEMPLATE.format(dsml=DSML, schemas=schemas, think_open=THINK_OPEN, think_close=THINK_CLOSE)
-
-    def render_tool_calls(self, calls: Sequence[ToolCall]) -> str:
-        return CALLS_OPEN + "\n" + "\n".join(map(self._render_call, calls)) + "\n" + CALLS_CLOSE
-
-    def _render_call(self, call: ToolCall) -> str:
-        members = split_members(call.arguments)
-        if members is None:
-            raise ValueError(f"tool call {call.name!r}: arguments are not a JSON object")
-        params = "\n".join(self._render_param(k, raw) for k, raw in members)
-        return f'{INVOKE_OPEN} name="{call.name}">\n{params}\n{INVOKE_CLOSE}'
-
-    def _render_param(self, key: str, raw: str) -> str:
-        value, is_string = raw, "false"
-        if raw.startswith('"'):
-            text = json.loads(raw)
-            escaped = self.json_string(text)
-            value, is_string = (text, "true") if escaped is None else (escaped, "false")
-        return f'{PARAM_OPEN} name="{key}" string="{is_string}">{value}{PARAM_CLOSE}'
-
-    def json_string(self, value: str) -> str | None:
-        return _SAFETY.json_string(value)
-
-    def render_output(self, message: Message, in_reasoning: bool = False) -> str:
-        text = f"{message.reasoning or ''}{THINK_CLOSE}" if in_reasoning else ""
-        text += message.content
-        if message.tool_calls:
-            text += "\n\n" + self.render_tool_calls(message.tool_calls)
-        return text
-
-    def render_result(self, content: str) -> str:
-        return f"\n<result>{content}</result>"
-
-    def render_tool_results(self, results: Sequence[Message]) -> str:
-        return RESULTS_OPEN + "".join(self.render_result(r.content) for r in results) + RESULTS_CLOSE
-
-    def stream_parser(self, scope: str, tools: Sequence[FunctionTool] = (),
-                      in_reasoning: bool = False) -> StreamParser:
-        return DsmlParser(scope, tools, in_reasoning)
-
-
-class DsmlParser(StreamParser):
     def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
         super().__init__(scope, tools, in_reasoning)
-        self._thought = in_reasoning
         self._attrs = ""
-        self._value: ParamReader | None = None
-        self._problem: str | None = None
 
-    def _reasoning_state(self) -> bool:
-        text, tag = self._scan(_REASONING)
-        self.reasoning.write(text)
-        if tag is None:
-            return False
-        self._state = self._done_state if tag.tag == EOS else self._content_state
-        return True
+    def _end_reasoning(self, tag: str) -> None:
+        self._state = self._done_state if tag == EOS else self._content_state
 
     def _content_state(self) -> bool:
         text, tag = self._scan(_CONTENT)
         self.content.write(text)
         if tag is None:
             return False
-        fresh = not self._thought and not self.content.started
         if tag.tag in (CALLS_START, CALLS_OPEN):
             if tag.tag == CALLS_OPEN:
                 self._repair("layout", "tool calls not preceded by a blank line")
@@ -158,11 +105,8 @@ class DsmlParser(StreamParser):
         elif tag.tag == INVOKE_OPEN:
             self._repair("missing_opener", f"{CALLS_OPEN!r} missing before {INVOKE_OPEN!r}")
             self._open_invoke()
-        elif tag.tag == THINK_OPEN and fresh:
-            self._thought = True
-            self._state = self._reasoning_state
         elif tag.tag == THINK_OPEN:
-            self.content.write(tag.tag)
+            self._think_tag(tag.tag)
         elif tag.tag == EOS:
             self._state = self._done_state
         else:
@@ -187,7 +131,7 @@ class DsmlParser(StreamParser):
         return True
 
     def _open_invoke(self) -> None:
-        self._attrs, self._problem = "", None
+        self._attrs = ""
         self._state = self._invoke_attrs_state
 
     def _invoke_attrs_state(self) -> bool:
@@ -201,10 +145,11 @@ class DsmlParser(StreamParser):
             self._skipping = True
         else:
             self._start_call(m.group(1))
-        self._state = self._body_state
+        self._state = self._after_value_state
         return True
 
-    def _body_state(self) -> bool:
+    def _after_value_state(self) -> bool:
+        """Inside an invoke, after its name or a value: another parameter or the end."""
         text, tag = self._scan(_BODY)
         if text.strip():
             self._repair("layout", "text between parameters")
@@ -214,7 +159,8 @@ class DsmlParser(StreamParser):
             self._attrs = ""
             self._state = self._param_attrs_state
             return True
-        self._close_invoke()
+        self._finish_call()
+        self._state = self._block_state
         if tag.tag == INVOKE_CLOSE:
             return True
         self._repair("missing_closer", f"{INVOKE_CLOSE!r} missing")
@@ -224,11 +170,6 @@ class DsmlParser(StreamParser):
             self._state = self._after_state if tag.tag == CALLS_CLOSE else self._done_state
         return True
 
-    def _close_invoke(self) -> None:
-        self._args.close()
-        self._end_call(self._problem)
-        self._state = self._block_state
-
     def _param_attrs_state(self) -> bool:
         text, tag = self._scan(_ATTRS)
         self._attrs += text
@@ -237,37 +178,20 @@ class DsmlParser(StreamParser):
         m = _PARAM_ATTRS.fullmatch(self._attrs)
         if m is None:
             self._problem = f"cannot read parameter attributes {self._attrs[:80]!r}"
-            m_name, kind = "", "json"
+            self._begin_value("", "json")
         else:
-            m_name, kind = m.group(1), "string" if m.group(2).lower() == "true" else "json"
-        self._args.key(m_name)
-        self._value = ParamReader(self._args, _SAFETY, kind)
-        self._state = self._value_state
-        return True
-
-    def _value_state(self) -> bool:
-        text, tag = self._scan(_VALUE)
-        self._value.write(text)
-        if tag is None:
-            return False
-        self._problem = self._value.close() or self._problem
-        self._state = self._body_state
+            self._begin_value(m.group(1), "string" if m.group(2).lower() == "true" else "json")
         return True
 
     def _after_state(self) -> bool:
-        text, tag = self._scan(_AFTER)
-        if text.strip():
-            self._repair("layout", "text after tool calls")
-            self.content.write(text)
-        if tag is None:
-            return False
-        if tag.tag == EOS:
-            self._state = self._done_state
-        elif tag.tag in (CALLS_START, CALLS_OPEN):
-            self._state = self._block_state
-        else:
-            self._repair("stray_closing_tag", f"dropped {tag.tag!r} after tool calls")
-        return True
+        to_block = self._to_block
+        return self._after_calls(_AFTER, {EOS: self._to_done, CALLS_START: to_block, CALLS_OPEN: to_block})
+
+    def _to_block(self) -> None:
+        self._state = self._block_state
+
+    def _to_done(self) -> None:
+        self._state = self._done_state
 
     def _done_state(self) -> bool:
         if self._buf.strip():
@@ -281,3 +205,50 @@ class DsmlParser(StreamParser):
         elif self._state == self._block_state:
             self._repair("missing_closer", f"{CALLS_CLOSE!r} missing at the end")
         super()._at_end()
+
+
+class DsmlDialect(ToolDialect):
+    name = "dsml"
+    reasoning_prompt_suffix = THINK_OPEN
+    parser_class = DsmlParser
+
+    def render_tools(self, tools: Sequence[FunctionTool]) -> str:
+        schemas = "\n".join(to_json(t.openai_dict()["function"]) for t in tools)
+        return TOOLS_TEMPLATE.format(dsml=DSML, schemas=schemas, think_open=THINK_OPEN, think_close=THINK_CLOSE)
+
+    def render_tool_calls(self, calls: Sequence[ToolCall]) -> str:
+        return CALLS_OPEN + "\n" + "\n".join(map(self._render_call, calls)) + "\n" + CALLS_CLOSE
+
+    def _render_call(self, call: ToolCall) -> str:
+        members = split_members(call.arguments)
+        if members is None:
+            raise ValueError(f"tool call {call.name!r}: arguments are not a JSON object")
+        params = "\n".join(self._render_param(k, raw) for k, raw in members)
+        return f'{INVOKE_OPEN} name="{call.name}">\n{params}\n{INVOKE_CLOSE}'
+
+    def _render_param(self, key: str, raw: str) -> str:
+        value, is_string = self.json_value(raw), "false"
+        if raw.startswith('"'):
+            text = json.loads(raw)
+            escaped = self.json_string(text)
+            value, is_string = (text, "true") if escaped is None else (escaped, "false")
+        return f'{PARAM_OPEN} name="{key}" string="{is_string}">{value}{PARAM_CLOSE}'
+
+    def json_string(self, value: str) -> str | None:
+        return _SAFETY.json_string(value)
+
+    def json_value(self, raw: str) -> str:
+        return _SAFETY.json_value(raw)
+
+    def render_output(self, message: Message, in_reasoning: bool = False) -> str:
+        text = f"{message.reasoning or ''}{THINK_CLOSE}" if in_reasoning else ""
+        text += message.content
+        if message.tool_calls:
+            text += "\n\n" + self.render_tool_calls(message.tool_calls)
+        return text
+
+    def render_result(self, content: str) -> str:
+        return f"\n<result>{content}</result>"
+
+    def render_tool_results(self, results: Sequence[Message]) -> str:
+        return RESULTS_OPEN + "".join(self.render_result(r.content) for r in results) + RESULTS_CLOSE

@@ -12,9 +12,9 @@ from typing import Sequence
 from .conversation import FunctionTool, Message, ToolCall
 from .dialect import ToolDialect
 from .json_args import split_members, to_json
-from .param_values import ParamReader, StringSafety
+from .param_values import ParamParser, StringSafety
 from .scanner import Markers, escaped_spellings
-from .stream import Channel, StreamParser, drop_all
+from .stream import drop_all
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -43,7 +43,108 @@ _BETWEEN = _markers(CALL_OPEN, CALL_CLOSE, THINK_CLOSE, KEY_CLOSE, VALUE_CLOSE)
 _SAFETY = StringSafety(_VALUE)
 
 
+class GlmParser(ParamParser):
+    _reasoning_markers = _REASONING
+    _value_markers = _VALUE
+    _safety = _SAFETY
+
+    def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
+        super().__init__(scope, tools, in_reasoning)
+        self._name = ""
+        self._key = ""
+
+    def _reasoning_ws(self):
+        return str.isspace, str.isspace
+
+    def _content_ws(self):
+        return str.isspace, str.isspace
+
+    def _content_state(self) -> bool:
+        text, tag = self._scan(_CONTENT)
+        self.content.write(text)
+        if tag is None:
+            return False
+        if tag.tag == THINK_OPEN:
+            self._think_tag(tag.tag)
+        elif tag.tag == THINK_CLOSE and not self._thought and not self.content.started:
+            self._thought = True  # GLM-4.7 renders a turn without reasoning as a bare `</think>`
+        elif tag.tag == CALL_OPEN:
+            self._open_call()
+        else:
+            self._repair("stray_closing_tag", f"dropped {tag.tag!r} outside a tool call")
+        return True
+
+    def _open_call(self) -> None:
+        self.content.close(drop_all)
+        self._name = ""
+        self._state = self._name_state
+
+    def _name_state(self) -> bool:
+        text, tag = self._scan(_NAME)
+        self._name += text
+        if tag is None:
+            return False
+        self._start_call(self._name.strip())
+        self._next_param(tag.tag)
+        return True
+
+    def _next_param(self, tag: str) -> None:
+        """After the name or a value: another key, or the end of the call."""
+        if tag == KEY_OPEN:
+            self._key = ""
+            self._state = self._key_state
+            return
+        self._finish_call()
+        self._state = self._between_state
+        if tag == CALL_OPEN:
+            self._repair("missing_closer", f"{CALL_CLOSE!r} missing before the next call")
+            self._open_call()
+
+    def _key_state(self) -> bool:
+        text, tag = self._scan(_KEY)
+        self._key += text
+        if tag is None:
+            return False
+        self._state = self._before_value_state
+        return True
+
+    def _before_value_state(self) -> bool:
+        text, tag = self._scan(_BEFORE_VALUE)
+        if text.strip():
+            self._repair("layout", "text between a key and its value")
+        if tag is None:
+            return False
+        self._begin_value(self._key, self._kind(self._key))
+        return True
+
+    def _kind(self, key: str) -> str:
+        tool = self._tool(self._name.strip())
+        kind = tool.parameter_type(key) if tool else None
+        return "auto" if kind is None else "string" if kind == "string" else "json"
+
+    def _after_value_state(self) -> bool:
+        text, tag = self._scan(_NAME)
+        if text.strip():
+            self._repair("layout", "text between parameters")
+        if tag is None:
+            return False
+        self._next_param(tag.tag)
+        return True
+
+    def _between_state(self) -> bool:
+        return self._after_calls(_BETWEEN, {CALL_OPEN: self._open_call})
+
+    def _at_end(self) -> None:
+        self.reasoning.close(drop_all)
+        self.content.close(drop_all)
+        if self._state in (self._name_state, self._key_state) and self._call is None and not self._skipping:
+            self._error("unterminated_tool_call", "generation ended inside a tool call")
+        super()._at_end()
+
+
 class GlmDialect(ToolDialect):
+    parser_class = GlmParser
+
     def __init__(self, newlines: bool):
         self._nl = "\n" if newlines else ""
         self.name = "glm45" if newlines else "glm47"
@@ -68,12 +169,15 @@ class GlmDialect(ToolDialect):
 
     def _value(self, raw: str) -> str:
         if not raw.startswith('"'):
-            return raw
+            return self.json_value(raw)
         value = json.loads(raw)
         return self.json_string(value) or value
 
     def json_string(self, value: str) -> str | None:
         return _SAFETY.json_string(value)
+
+    def json_value(self, raw: str) -> str:
+        return _SAFETY.json_value(raw)
 
     def render_output(self, message: Message, in_reasoning: bool = False) -> str:
         nl = self._nl
@@ -93,146 +197,3 @@ class GlmDialect(ToolDialect):
         nl = self._nl
         return "<|observation|>" + "".join(f"{nl}<tool_response>{nl}{r.content}{nl}</tool_response>"
                                            for r in results)
-
-    def stream_parser(self, scope: str, tools: Sequence[FunctionTool] = (),
-                      in_reasoning: bool = False) -> StreamParser:
-        return GlmParser(scope, tools, in_reasoning)
-
-
-class GlmParser(StreamParser):
-    def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
-        super().__init__(scope, tools, in_reasoning)
-        self._thought = in_reasoning
-        self._name = ""
-        self._key = ""
-        self._value: ParamReader | None = None
-        self._problem: str | None = None
-
-    def _reasoning_ws(self):
-        return str.isspace, str.isspace
-
-    def _content_ws(self):
-        return str.isspace, str.isspace
-
-    def _reasoning_state(self) -> bool:
-        text, tag = self._scan(_REASONING)
-        self.reasoning.write(text)
-        if tag is None:
-            return False
-        self.reasoning.close(drop_all)
-        self._state = self._content_state
-        return True
-
-    def _content_state(self) -> bool:
-        text, tag = self._scan(_CONTENT)
-        self.content.write(text)
-        if tag is None:
-            return False
-        if tag.tag == THINK_OPEN and not self._thought and not self.content.started:
-            self._thought = True
-            self._state = self._reasoning_state
-        elif tag.tag == THINK_OPEN:
-            self.content.write(tag.tag)
-        elif tag.tag == THINK_CLOSE and not self._thought and not self.content.started:
-            self._thought = True  # GLM-4.7 renders a turn without reasoning as a bare `</think>`
-        elif tag.tag == CALL_OPEN:
-            self._open_call()
-        else:
-            self._repair("stray_closing_tag", f"dropped {tag.tag!r} outside a tool call")
-        return True
-
-    def _open_call(self) -> None:
-        self.content.close(drop_all)
-        self._name, self._problem = "", None
-        self._state = self._name_state
-
-    def _name_state(self) -> bool:
-        text, tag = self._scan(_NAME)
-        self._name += text
-        if tag is None:
-            return False
-        announced = self._start_call(self._name.strip())
-        if tag.tag == KEY_OPEN:
-            self._key = ""
-            self._state = self._key_state
-        else:
-            self._close_call(announced)
-            if tag.tag == CALL_OPEN:
-                self._repair("missing_closer", f"{CALL_CLOSE!r} missing before the next call")
-                self._open_call()
-        return True
-
-    def _key_state(self) -> bool:
-        text, tag = self._scan(_KEY)
-        self._key += text
-        if tag is None:
-            return False
-        self._state = self._before_value_state
-        return True
-
-    def _before_value_state(self) -> bool:
-        text, tag = self._scan(_BEFORE_VALUE)
-        if text.strip():
-            self._repair("layout", "text between a key and its value")
-        if tag is None:
-            return False
-        self._args.key(self._key)
-        self._value = ParamReader(self._args, _SAFETY, self._kind(self._key))
-        self._state = self._value_state
-        return True
-
-    def _kind(self, key: str) -> str:
-        tool = self._tool(self._name.strip())
-        kind = tool.parameter_type(key) if tool else None
-        return "auto" if kind is None else "string" if kind == "string" else "json"
-
-    def _value_state(self) -> bool:
-        text, tag = self._scan(_VALUE)
-        self._value.write(text)
-        if tag is None:
-            return False
-        self._problem = self._value.close() or self._problem
-        self._state = self._after_value_state
-        return True
-
-    def _after_value_state(self) -> bool:
-        text, tag = self._scan(_NAME)
-        if text.strip():
-            self._repair("layout", "text between parameters")
-        if tag is None:
-            return False
-        if tag.tag == KEY_OPEN:
-            self._key = ""
-            self._state = self._key_state
-            return True
-        self._close_call(True)
-        if tag.tag == CALL_OPEN:
-            self._repair("missing_closer", f"{CALL_CLOSE!r} missing before the next call")
-            self._open_call()
-        return True
-
-    def _close_call(self, announced: bool) -> None:
-        if announced:
-            self._args.close()
-        self._end_call(self._problem)
-        self._state = self._between_state
-
-    def _between_state(self) -> bool:
-        text, tag = self._scan(_BETWEEN)
-        if text.strip():
-            self._repair("layout", "text after tool calls")
-            self.content.write(text)
-        if tag is None:
-            return False
-        if tag.tag == CALL_OPEN:
-            self._open_call()
-        else:
-            self._repair("stray_closing_tag", f"dropped {tag.tag!r} after a tool call")
-        return True
-
-    def _at_end(self) -> None:
-        self.reasoning.close(drop_all)
-        self.content.close(drop_all)
-        if self._state in (self._name_state, self._key_state) and self._call is None and not self._skipping:
-            self._error("unterminated_tool_call", "generation ended inside a tool call")
-        super()._at_end()

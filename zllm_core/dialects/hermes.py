@@ -15,7 +15,7 @@ from .dialect import ToolDialect
 from .json_args import split_members, to_json
 from .json_depth import JsonDepth
 from .scanner import Markers, escaped_spellings
-from .stream import Channel, StreamParser, drop_all, keep_all, never
+from .stream import Channel, StreamParser, never
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -41,41 +41,9 @@ def _newline(c: str) -> bool:
     return c == "\n"
 
 
-class HermesDialect(ToolDialect):
-    name = "hermes"
-    reasoning_prompt_suffix = "<think>\n"
-
-    def render_tools(self, tools: Sequence[FunctionTool]) -> str:
-        return _TOOLS_HEAD + "".join("\n" + to_json(t.openai_dict()) for t in tools) + _TOOLS_TAIL
-
-    def render_tool_calls(self, calls: Sequence[ToolCall]) -> str:
-        return "\n".join(f'{CALL_OPEN}\n{{"name": "{c.name}", "arguments": {c.arguments}}}\n{CALL_CLOSE}'
-                         for c in calls)
-
-    def render_output(self, message: Message, in_reasoning: bool = False) -> str:
-        reasoning = (message.reasoning or "").strip("\n")
-        if in_reasoning or reasoning:
-            head = "" if in_reasoning else THINK_OPEN + "\n"
-            text = f"{head}{reasoning}\n{THINK_CLOSE}\n\n{message.content.lstrip(chr(10))}"
-        else:
-            text = message.content
-        if message.tool_calls:
-            text += ("\n" if message.content else "") + self.render_tool_calls(message.tool_calls)
-        return text
-
-    def render_tool_results(self, results: Sequence[Message]) -> str:
-        body = "".join(f"\n<tool_response>\n{r.content}\n</tool_response>" for r in results)
-        return f"<|im_start|>user{body}<|im_end|>\n"
-
-    def stream_parser(self, scope: str, tools: Sequence[FunctionTool] = (),
-                      in_reasoning: bool = False) -> StreamParser:
-        return HermesParser(scope, tools, in_reasoning)
-
-
 class HermesParser(StreamParser):
     def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
         super().__init__(scope, tools, in_reasoning)
-        self._thought = in_reasoning
         self._env = ""
         self._depth = JsonDepth()
         self._args_at: int | None = None  # where the arguments value starts in the envelope
@@ -86,31 +54,26 @@ class HermesParser(StreamParser):
     def _reasoning_ws(self):
         return _newline, _newline
 
-    def _reasoning_state(self) -> bool:
-        text, tag = self._scan(_REASONING)
-        self.reasoning.write(text)
-        if tag is None:
-            return False
-        self.reasoning.close(drop_all)
+    def _content_ws(self):
+        return never, _newline  # text is printed as is, except the newline that precedes a call
+
+    _reasoning_markers = _REASONING
+
+    def _end_reasoning(self, tag: str) -> None:
         # The template re-renders `</think>\n\n` + content.lstrip("\n"): leading newlines are layout.
         self.content = Channel(self.content._emit, _newline, _newline)
         self._state = self._content_state
-        return True
 
     def _content_state(self) -> bool:
         text, tag = self._scan(_CONTENT)
         self.content.write(text)
         if tag is None:
             return False
-        if tag.tag == THINK_OPEN and not self._thought and not self.content.started:
-            self._thought = True
-            self.reasoning = Channel(self.reasoning._emit, _newline, _newline)
-            self._state = self._reasoning_state
+        if tag.tag == THINK_OPEN:
+            self._think_tag(tag.tag)
         elif tag.tag == CALL_OPEN:
             self.content.close(lambda held: held[:-1])  # one newline separates text from the call
             self._open_call()
-        elif tag.tag == THINK_OPEN:
-            self.content.write(tag.tag)  # a late <think> is just words: reasoning comes first or never
         else:
             self._repair("stray_closing_tag", f"dropped {tag.tag!r} outside a tool call")
         return True
@@ -228,17 +191,7 @@ class HermesParser(StreamParser):
         return True
 
     def _between_state(self) -> bool:
-        text, tag = self._scan(_BETWEEN)
-        if text.strip():
-            self._repair("layout", "text after tool calls")
-            self.content.write(text)
-        if tag is None:
-            return False
-        if tag.tag == CALL_OPEN:
-            self._open_call()
-        else:
-            self._repair("stray_closing_tag", f"dropped {tag.tag!r} after a tool call")
-        return True
+        return self._after_calls(_BETWEEN, {CALL_OPEN: self._open_call})
 
     def _skip_state(self) -> bool:
         _, tag = self._scan(_BETWEEN)
@@ -258,3 +211,30 @@ class HermesParser(StreamParser):
             self._repair("missing_closer", f"generation ended before {CALL_CLOSE!r}")
         super()._at_end()
 
+
+class HermesDialect(ToolDialect):
+    name = "hermes"
+    reasoning_prompt_suffix = "<think>\n"
+    parser_class = HermesParser
+
+    def render_tools(self, tools: Sequence[FunctionTool]) -> str:
+        return _TOOLS_HEAD + "".join("\n" + to_json(t.openai_dict()) for t in tools) + _TOOLS_TAIL
+
+    def render_tool_calls(self, calls: Sequence[ToolCall]) -> str:
+        return "\n".join(f'{CALL_OPEN}\n{{"name": "{c.name}", "arguments": {c.arguments}}}\n{CALL_CLOSE}'
+                         for c in calls)
+
+    def render_output(self, message: Message, in_reasoning: bool = False) -> str:
+        reasoning = (message.reasoning or "").strip("\n")
+        if in_reasoning or reasoning:
+            head = "" if in_reasoning else THINK_OPEN + "\n"
+            text = f"{head}{reasoning}\n{THINK_CLOSE}\n\n{message.content.lstrip(chr(10))}"
+        else:
+            text = message.content
+        if message.tool_calls:
+            text += ("\n" if message.content else "") + self.render_tool_calls(message.tool_calls)
+        return text
+
+    def render_tool_results(self, results: Sequence[Message]) -> str:
+        body = "".join(f"\n<tool_response>\n{r.content}\n</tool_response>" for r in results)
+        return f"<|im_start|>user{body}<|im_end|>\n"

@@ -111,11 +111,13 @@ def _with_raw(value: Any, raw: str) -> Any:
     return value
 
 
-def template_arguments(text: str, json_string: Callable[[str], str | None]) -> Any:
+def template_arguments(text: str, json_string: Callable[[str], str | None],
+                       json_value: Callable[[str], str]) -> Any:
     """The arguments as a mapping for Jinja templates, printing back the exact source text.
 
     `json_string(s)` returns the JSON spelling a string value must take in this dialect, or None to
-    print it raw. Text that is not a JSON object is handed over unchanged (templates print strings).
+    print it raw; `json_value(raw)` the spelling of any other value. Text that is not a JSON object
+    is handed over unchanged (templates print strings).
     """
     members = split_members(text)
     if members is None:
@@ -128,7 +130,7 @@ def template_arguments(text: str, json_string: Callable[[str], str | None]) -> A
             spelled = json_string(value)
             mapping[key] = value if spelled is None else RawText(spelled)
         else:
-            mapping[key] = _with_raw(value, raw)
+            mapping[key] = _with_raw(value, json_value(raw))
     return mapping
 
 

@@ -113,6 +113,7 @@ class StreamParser:
         self._call: int | None = None  # index of the call being streamed, if announced
         self._skipping = False         # inside a call we refused (unknown function)
         self._args = ArgsWriter(self._emit_args)
+        self._thought = in_reasoning  # a reasoning block has been opened
         self.repairs: dict[str, int] = {}
         self._state: Callable[[], bool] = self._reasoning_state if in_reasoning else self._content_state
         self.reasoning = Channel(lambda s: self._out.append(ReasoningDelta(s)), *self._reasoning_ws())
@@ -138,11 +139,45 @@ class StreamParser:
     def _content_ws(self) -> tuple[Callable[[str], bool], Callable[[str], bool]]:
         return never, never
 
-    def _reasoning_state(self) -> bool:
-        raise NotImplementedError
+    _reasoning_markers: Markers  # what ends reasoning
 
     def _content_state(self) -> bool:
         raise NotImplementedError
+
+    def _reasoning_state(self) -> bool:
+        text, tag = self._scan(self._reasoning_markers)
+        self.reasoning.write(text)
+        if tag is None:
+            return False
+        self.reasoning.close(drop_all)
+        self._end_reasoning(tag.tag)
+        return True
+
+    def _end_reasoning(self, tag: str) -> None:
+        self._state = self._content_state
+
+    def _think_tag(self, tag: str) -> None:
+        """An opening think tag starts reasoning only before anything else; later it is just words."""
+        if self._thought or self.content.started:
+            self.content.write(tag)
+            return
+        self._thought = True
+        self._state = self._reasoning_state
+
+    def _after_calls(self, markers: Markers, actions: dict[str, Callable[[], None]]) -> bool:
+        """After a call: whitespace is layout, other text is kept but flagged, listed tags act."""
+        text, tag = self._scan(markers)
+        if text.strip():
+            self._repair("layout", "text after tool calls")
+            self.content.write(text)
+        if tag is None:
+            return False
+        action = actions.get(tag.tag)
+        if action is None:
+            self._repair("stray_closing_tag", f"dropped {tag.tag!r} after a tool call")
+        else:
+            action()
+        return True
 
     def _at_end(self) -> None:
         """Called once after the final run; default closes the channels and reports open calls."""

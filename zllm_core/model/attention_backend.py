@@ -9,6 +9,8 @@ then the new tokens, which attend causally to each other).
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -72,9 +74,22 @@ class ForwardContext:
 
 
 def select_backend(device: torch.device, name: str = "auto") -> AttentionBackend:
-    """``auto`` is the torch reference on CPU and the fastest kernel on CUDA."""
-    from zllm_core.model.torch_attention import TorchAttention
+    """The backend called ``name`` for ``device``; ``auto`` picks the fastest that fits.
 
-    if name in ("torch", "auto") and (name == "torch" or device.type != "cuda"):
+    ``auto`` is the Triton kernels on CUDA (when triton is installed), else the torch reference.  ``cuda`` decodes
+    with the native kernel (prefill stays on Triton) and needs an extension built with nvcc.
+    ``triton`` on a CPU runs in Triton's interpreter, which must be switched on
+    (TRITON_INTERPRET=1) before triton is first imported: slow, but exact, for tests.
+    """
+    if name == "auto":
+        name = "triton" if device.type == "cuda" and importlib.util.find_spec("triton") else "torch"
+    if name == "torch":
+        from zllm_core.model.torch_attention import TorchAttention
         return TorchAttention()
+    if name == "triton" and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"):
+        from zllm_core.model.triton_attention import TritonAttention
+        return TritonAttention()
+    if name == "cuda" and device.type == "cuda":
+        from zllm_core.model.cuda_attention import CudaAttention
+        return CudaAttention()
     raise ValueError(f"attention backend {name!r} is not available on {device}")

@@ -46,7 +46,7 @@ def load_tokenizer_json(path: str | os.PathLike) -> Vocabulary:
         merges=_merges(model["merges"], ids),
         whole_piece_first=bool(model.get("ignore_merges", False)),
         rules=_pre_tokenizer_rules(spec.get("pre_tokenizer")),
-        special_tokens=_added_tokens(spec.get("added_tokens") or []),
+        special_tokens=_added_tokens(spec.get("added_tokens") or [], ids),
         normalizer=_normalizer(spec.get("normalizer")),
     )
 
@@ -110,7 +110,7 @@ def _pre_tokenizer_rules(pre: dict | None) -> tuple[Rules, ...]:
     if last.get("add_prefix_space"):
         raise UnsupportedTokenizer("pre_tokenizer ByteLevel.add_prefix_space: must be false")
     if last.get("use_regex", True):
-        rules.append(rules_for_pattern(GPT2_BYTE_LEVEL_PATTERN, "pre_tokenizer ByteLevel.use_regex"))
+        rules.append(rules_for_pattern(GPT2_BYTE_LEVEL_PATTERN, "pre_tokenizer ByteLevel.use_regex", "onig"))
     return tuple(rules)
 
 
@@ -122,14 +122,25 @@ def _split_rules(step: dict, field: str) -> Rules:
     pattern = step.get("pattern") or {}
     if "Regex" not in pattern:
         raise UnsupportedTokenizer(f"{field}.pattern: only Regex patterns")
-    return rules_for_pattern(pattern["Regex"], f"{field}.pattern.Regex")
+    return rules_for_pattern(pattern["Regex"], f"{field}.pattern.Regex", "onig")
 
 
-def _added_tokens(added: list[dict]) -> dict[str, int]:
-    specials = {}
+def _added_tokens(added: list[dict], vocab: dict[str, int]) -> dict[str, int]:
+    """Added tokens, with the ids Hugging Face really gives them: a token in model.vocab keeps
+    its vocab id; a new one gets the next id after the vocab (len(vocab)) or after the last
+    added id. A file declaring other ids is refused rather than encoded differently."""
+    specials: dict[str, int] = {}
     for k, tok in enumerate(added):
         for flag in ("single_word", "lstrip", "rstrip"):
             if tok.get(flag):
                 raise UnsupportedTokenizer(f"added_tokens[{k}].{flag}: must be false")
-        specials[tok["content"]] = tok["id"]
+        content = tok["content"]
+        if content in vocab:
+            assigned = vocab[content]
+        else:
+            last = max(specials.values(), default=-1)
+            assigned = last + 1 if last >= len(vocab) else len(vocab)
+        if tok["id"] != assigned:
+            raise UnsupportedTokenizer(f"added_tokens[{k}].id: {tok['id']} but Hugging Face assigns {assigned}")
+        specials.setdefault(content, assigned)
     return specials

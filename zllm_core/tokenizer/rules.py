@@ -29,7 +29,7 @@ are refused (UnsupportedTokenizer), never approximated.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import IntEnum
 
 from zllm_core import _native
@@ -85,6 +85,8 @@ O200K = Rules("o200k", Contractions.SUFFIX_CASE_INSENSITIVE, Letters.CASED, digi
               punct_newlines=True, punct_slash=True, newline_rule=True)
 DIGIT_GROUPS = Rules("digit_groups", digits_only=True)
 
+CL100K_PATTERN = (r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"
+                  r"|\s++$|\s*[\r\n]|\s+(?!\S)|\s")
 _O200K_WORD = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]"
 _O200K_LOWER = r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
 _SUFFIX = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
@@ -95,8 +97,7 @@ PATTERNS: dict[str, Rules] = {
     r"'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s": R50K,
     # GPT-2's ByteLevel(use_regex=True) regex: `\s+(?!\S)|\s+` splits exactly as r50k's tail.
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+": R50K,
-    r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"
-    r"|\s++$|\s*[\r\n]|\s+(?!\S)|\s": CL100K,
+    CL100K_PATTERN: CL100K,
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+": LLAMA3,
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -106,6 +107,12 @@ PATTERNS: dict[str, Rules] = {
     r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+": O200K,
     r"\p{N}{1,3}": DIGIT_GROUPS,
 }
+# Hugging Face runs Split patterns on Oniguruma (Ruby syntax), where `{1,3}+` is not possessive
+# but `(?:{1,3})+`: cl100k's digit groups become one unbounded digit run there.
+ONIG_PATTERNS: dict[str, Rules] = {
+    **PATTERNS,
+    CL100K_PATTERN: replace(CL100K, name="cl100k_onig", digit_group=0),
+}
 GPT2_BYTE_LEVEL_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
 
@@ -113,8 +120,9 @@ class UnsupportedTokenizer(ValueError):
     """A vocabulary or tokenizer.json field this tokenizer cannot reproduce exactly."""
 
 
-def rules_for_pattern(pattern: str, field: str) -> Rules:
+def rules_for_pattern(pattern: str, field: str, engine: str = "tiktoken") -> Rules:
+    """The rules of `pattern` as `engine` ("tiktoken" or "onig") reads it."""
     try:
-        return PATTERNS[pattern]
+        return (ONIG_PATTERNS if engine == "onig" else PATTERNS)[pattern]
     except KeyError:
         raise UnsupportedTokenizer(f"{field}: no exact class rules for pattern {pattern!r}") from None

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Attention kernels on a GPU, in under 8 minutes: build the extension with nvcc (sm_90),
+# run every kernel test on CUDA, then bench/attention.py.  With $OUT set, the benchmark
+# table lands in $OUT/attention.md and each stage's log beside it.  Exits non-zero if any
+# stage failed; later stages still run so one broken piece does not hide the others.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+OUT_DIR=${OUT:-/tmp/zllm_gpu_check}
+mkdir -p "$OUT_DIR"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+failed=()
+
+stage() {  # stage NAME SECONDS CMD...: run with a time limit, log to $OUT_DIR/NAME.log
+  local name=$1 limit=$2
+  shift 2
+  echo "== $name (limit ${limit}s)"
+  local start=$SECONDS
+  if timeout "$limit" "$@" 2>&1 | tee "$OUT_DIR/$name.log"; then
+    echo "== $name ok in $((SECONDS - start))s"
+  else
+    echo "== $name FAILED after $((SECONDS - start))s"
+    failed+=("$name")
+  fi
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT_DIR/gpu.txt"
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+stage build 180 bash -c "cmake -S . -B build/gpu ${generator[*]} -DPython_EXECUTABLE=$(command -v "$PY") \
+  -Dpybind11_DIR=\$($PY -m pybind11 --cmakedir) -DZLLM_CUDA=ON && cmake --build build/gpu -j \
+  && $PY -c 'import zllm_core._native as n; assert n.with_cuda and hasattr(n, \"paged_decode_cuda\")'"
+stage tests 150 "$PY" -m pytest -q -rs tests/kernels
+stage bench 180 "$PY" bench/attention.py --out "$OUT_DIR/attention.md"
+
+if ((${#failed[@]})); then
+  echo "failed stages: ${failed[*]}"
+  exit 1
+fi
+echo "all stages passed; table: $OUT_DIR/attention.md"

@@ -1,0 +1,96 @@
+"""Append-prefill over a paged KV cache: variable-length chunks in one launch.
+
+Sequence ``i`` brings ``q_len`` new tokens (rows ``query_start_loc[i]:query_start_loc[i+1]``)
+whose K/V already sit in the cache behind ``seq_lens[i] - q_len`` cached ones; a new
+token at absolute position ``p`` sees keys ``0..p``.  A NewPrefill is the case with nothing
+cached.  One program handles a tile of a sequence's new tokens for one KV head, with every
+query head of that KV head stacked into the tile's rows (row = token * GROUP + head), so
+each K/V tile is loaded once for the whole group.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .paged_tile import LOG2E, dot_precision, dot_upcast, load_kv_tile, mma, online_softmax_step
+
+
+@triton.jit
+def _prefill_kernel(
+    q_ptr, k_ptr, v_ptr, tables_ptr, seq_lens_ptr, query_start_ptr, out_ptr, scale_log2,
+    stride_qt, stride_qh,
+    stride_kb, stride_ks, stride_kh,
+    stride_vb, stride_vs, stride_vh,
+    stride_table, stride_ot, stride_oh,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    tile_q = tl.program_id(1)
+    kv_head = tl.program_id(2)
+    TILE_TOKENS: tl.constexpr = BLOCK_M // GROUP
+    q_start = tl.load(query_start_ptr + seq)
+    q_len = tl.load(query_start_ptr + seq + 1) - q_start
+    first = tile_q * TILE_TOKENS
+    if first < q_len:
+        seq_len = tl.load(seq_lens_ptr + seq)
+        cached = seq_len - q_len
+        r = tl.arange(0, BLOCK_M)
+        tok = first + r // GROUP
+        heads = kv_head * GROUP + r % GROUP
+        row_mask = (r < TILE_TOKENS * GROUP) & (tok < q_len)
+        d = tl.arange(0, BLOCK_D)
+        d_mask = d < HEAD_DIM
+        io_mask = row_mask[:, None] & d_mask[None, :]
+        q = tl.load(q_ptr + (q_start + tok)[:, None] * stride_qt + heads[:, None] * stride_qh
+                    + d[None, :], mask=io_mask, other=0.0)
+        q = q.to(k_ptr.dtype.element_ty)
+        q_pos = cached + tok
+        # The tile's last token sees the most keys; nothing past it is read.
+        kv_end = tl.minimum(seq_len, cached + first + TILE_TOKENS)
+        table_row = tables_ptr + seq * stride_table
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        for tile in range(0, kv_end, BLOCK_N):
+            pos = tile + tl.arange(0, BLOCK_N)
+            valid = pos < kv_end
+            k = load_kv_tile(k_ptr, table_row, pos, valid, kv_head, d, d_mask,
+                             stride_kb, stride_ks, stride_kh, PAGE)
+            s = mma(q, tl.trans(k), DOT_PRECISION, UPCAST) * scale_log2
+            # Key 0 is visible to every row, so the first tile makes every running max finite.
+            s = tl.where(valid[None, :] & (pos[None, :] <= q_pos[:, None]), s, float("-inf"))
+            v = load_kv_tile(v_ptr, table_row, pos, valid, kv_head, d, d_mask,
+                             stride_vb, stride_vs, stride_vh, PAGE)
+            acc, m, l = online_softmax_step(acc, m, l, s, v, DOT_PRECISION, UPCAST)
+        o = acc / l[:, None]
+        tl.store(out_ptr + (q_start + tok)[:, None] * stride_ot + heads[:, None] * stride_oh
+                 + d[None, :], o.to(out_ptr.dtype.element_ty), mask=io_mask)
+
+
+def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  block_tables: torch.Tensor, seq_lens: torch.Tensor,
+                  query_start_loc: torch.Tensor, max_query_len: int, scale: float,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of the flattened new tokens ``q`` ``[T, Hq, D]`` (see module docstring)."""
+    _, num_heads, head_dim = q.shape
+    _, page, num_kv_heads, _ = k_cache.shape
+    group = num_heads // num_kv_heads
+    assert q.stride(2) == 1 and k_cache.stride(3) == 1 and v_cache.stride(3) == 1
+    out = torch.empty_like(q) if out is None else out
+    block_m = max(64, triton.next_power_of_2(group))
+    block_n = 64 if head_dim <= 64 else 32
+    batch = seq_lens.shape[0]
+    grid = (batch, triton.cdiv(max_query_len, block_m // group), num_kv_heads)
+    _prefill_kernel[grid](
+        q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out, scale * LOG2E,
+        q.stride(0), q.stride(1),
+        *k_cache.stride()[:3], *v_cache.stride()[:3],
+        block_tables.stride(0), out.stride(0), out.stride(1),
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim), PAGE=page,
+        BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=dot_precision(k_cache.dtype),
+        UPCAST=dot_upcast(k_cache.dtype),
+        num_warps=4, num_stages=2,
+    )
+    return out
