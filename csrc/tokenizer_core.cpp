@@ -81,6 +81,15 @@ void TokenizerCore::encode_ordinary(const uint8_t* s, size_t n, PieceCache& cach
 }
 
 void TokenizerCore::encode_piece(const uint8_t* p, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const {
+  if (n > HotPieces::kMaxBytes) return encode_cold_piece(p, n, cache, out);
+  const HotPieces::Key key = HotPieces::key(p, n);
+  if (cache.hot.find(key, out)) return;
+  size_t before = out.size();
+  encode_cold_piece(p, n, cache, out);
+  cache.hot.insert(key, out.data() + before, out.size() - before);
+}
+
+void TokenizerCore::encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const {
   if (n == 1) return model_.merge(p, n, out);
   uint64_t h = hash_bytes(p, n);
   if (model_.whole_piece_first()) {

@@ -46,6 +46,7 @@ class TokenizerCore {
   size_t find_special(const uint8_t* s, size_t n, size_t from, size_t* index) const;
   void encode_ordinary(const uint8_t* s, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const;
   void encode_piece(const uint8_t* p, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const;
+  void encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const;
 
   BytePairModel model_;
   std::vector<Grammar> grammars_;
