@@ -1,6 +1,6 @@
 // Per-worker caches of encoded pieces. Agent contexts repeat identifiers, indentation and
 // punctuation, so most pieces were seen moments ago:
-// - HotPieces: direct-mapped, pieces of up to 16 bytes and 10 tokens, 512 KB, one probe that
+// - HotPieces: direct-mapped, pieces of up to 16 bytes and 10 tokens, 1 MB, one probe that
 //   usually hits in L2 -- the common case costs no vocabulary lookup at all;
 // - PieceCache: every merged piece up to kMaxPieceBytes, so BPE runs once per distinct piece.
 //   Bounded: cleared whole when full (cheap; a served context refills it in one pass).
@@ -17,7 +17,7 @@ namespace zllm {
 
 class HotPieces {
  public:
-  static constexpr size_t kMaxBytes = 16, kMaxTokens = 10, kSlots = size_t(1) << 13;
+  static constexpr size_t kMaxBytes = 16, kMaxTokens = 10, kSlots = size_t(1) << 14;
 
   HotPieces() : slots_(kSlots) {}
 

@@ -18,6 +18,7 @@ namespace zllm {
 // Which specials a call may encode as specials, and which ones it must refuse to see.
 struct SpecialPolicy {
   std::vector<uint8_t> allowed, disallowed;  // indexed like TokenizerCore's specials
+  bool any = false;                          // some special is allowed or disallowed
 };
 
 struct Special {
@@ -52,6 +53,7 @@ class TokenizerCore {
   std::vector<Grammar> grammars_;
   std::vector<Special> specials_;      // longest first, so a match at a position is the longest
   bool special_first_byte_[256] = {};
+  int single_first_byte_ = -1;  // the one first byte all specials share, else negative
   std::vector<std::pair<uint32_t, uint32_t>> special_by_id_;  // (id, index) sorted by id
   std::mutex caches_mu_;
   std::vector<std::unique_ptr<PieceCache>> caches_;
