@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from .conftest import API_KEY, MODEL
 from .shapes import anthropic_conversation, chat_conversation, responses_conversation
 
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
+FUZZ = settings(max_examples=25, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 json_values = st.recursive(

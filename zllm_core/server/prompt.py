@@ -6,18 +6,12 @@ protocol carried it.
 """
 from __future__ import annotations
 
-import importlib.resources
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zllm_core.dialects import ChatTemplate, StreamParser, dialect_for
-from zllm_core.dialects.chat_template import special_tokens
+from zllm_core.dialects import ChatTemplate, StreamParser
 from zllm_core.protocols.canonical import CanonicalRequest
-
-# Checkpoints that ship no template of their own (zllm-demo) get their family's official one.
-PACKAGED_TEMPLATES = {"qwen2": "qwen3.jinja", "qwen3": "qwen3.jinja"}
 
 
 @dataclass(frozen=True)
@@ -33,7 +27,7 @@ class PromptBuilder:
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path, tokenizer: Any) -> "PromptBuilder":
-        return cls(load_template(Path(model_dir)), tokenizer)
+        return cls(ChatTemplate.from_model_dir(model_dir), tokenizer)
 
     def render(self, req: CanonicalRequest) -> str:
         extra = {} if req.thinking is None else {"enable_thinking": req.thinking}
@@ -47,17 +41,3 @@ class PromptBuilder:
     def parser(self, req: CanonicalRequest, prompt: Prompt, scope: str) -> StreamParser:
         """An incremental parser splitting output text into text, reasoning and tool-call events."""
         return self.template.dialect.stream_parser(scope, req.tools, prompt.in_reasoning)
-
-
-def load_template(model_dir: Path) -> ChatTemplate:
-    try:
-        return ChatTemplate.from_model_dir(model_dir)
-    except FileNotFoundError:
-        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-        name = PACKAGED_TEMPLATES.get(config.get("model_type", ""))
-        if name is None:
-            raise
-    source = (importlib.resources.files("zllm_core.dialects") / "templates" / name).read_text("utf-8")
-    tokenizer_config = model_dir / "tokenizer_config.json"
-    tokens = json.loads(tokenizer_config.read_text("utf-8")) if tokenizer_config.is_file() else {}
-    return ChatTemplate(source, dialect_for(model_dir), special_tokens(tokens))
