@@ -51,9 +51,9 @@ def edits_for(base):
 
 
 ENDPOINTS = {
-    "/v1/chat/completions": {**chat_conversation(MODEL), "max_tokens": 1},
-    "/v1/messages": {**anthropic_conversation(MODEL), "max_tokens": 1},
-    "/v1/responses": {**responses_conversation(MODEL), "max_output_tokens": 1},
+    "/v1/chat/completions": {**chat_conversation(MODEL), "max_tokens": 1, "temperature": 0},
+    "/v1/messages": {**anthropic_conversation(MODEL), "max_tokens": 1, "temperature": 0},
+    "/v1/responses": {**responses_conversation(MODEL), "max_output_tokens": 1, "temperature": 0},
 }
 
 

@@ -21,6 +21,7 @@ def test_chat_non_streaming_with_tools(openai_client):
 def test_chat_streaming_with_tools_and_usage(openai_client):
     stream = openai_client.chat.completions.create(
         model=MODEL, max_completion_tokens=8, stream=True, stream_options={"include_usage": True},
+        temperature=0,
         **{k: v for k, v in chat_conversation(MODEL).items() if k != "model"})
     chunks = [c.model_dump() for c in stream]
     validate_chat_stream(chunks, include_usage=True)
@@ -29,8 +30,8 @@ def test_chat_streaming_with_tools_and_usage(openai_client):
 
 def test_a_repeated_prompt_reports_cached_tokens(openai_client):
     body = chat_conversation(MODEL)
-    first = openai_client.chat.completions.create(max_tokens=2, **body)
-    again = openai_client.chat.completions.create(max_tokens=2, **body)
+    first = openai_client.chat.completions.create(max_tokens=2, seed=1, **body)
+    again = openai_client.chat.completions.create(max_tokens=2, seed=1, **body)
     assert again.usage.prompt_tokens == first.usage.prompt_tokens
     assert again.usage.prompt_tokens_details.cached_tokens > 0
 

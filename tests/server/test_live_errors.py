@@ -96,7 +96,7 @@ def test_unknown_response_is_404(server):
 
 
 def test_a_client_that_disconnects_mid_stream_frees_its_request(server):
-    body = {"model": MODEL, "stream": True, "max_tokens": 64, "messages": USER,
+    body = {"model": MODEL, "stream": True, "max_tokens": 64, "messages": USER, "temperature": 0,
             "stop": ["never-appears"]}
     with httpx.stream("POST", server.url + CHAT, json=body, headers=AUTH, timeout=60) as r:
         for line in r.iter_lines():

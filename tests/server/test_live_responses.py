@@ -8,7 +8,7 @@ from .validators import validate_responses_stream
 
 
 def test_responses_non_streaming(openai_client):
-    r = openai_client.responses.create(model=MODEL, input="Say hi.", max_output_tokens=8,
+    r = openai_client.responses.create(model=MODEL, input="Say hi.", max_output_tokens=8, temperature=0,
                                        instructions="Be brief.")
     assert r.status in ("completed", "incomplete") and r.output
     assert r.usage.input_tokens_details.cached_tokens is not None
@@ -17,7 +17,7 @@ def test_responses_non_streaming(openai_client):
 
 def test_responses_streaming_item_ids_match_final_response(openai_client):
     body = {k: v for k, v in responses_conversation(MODEL).items() if k != "model"}
-    stream = openai_client.responses.create(model=MODEL, stream=True, max_output_tokens=8, **body)
+    stream = openai_client.responses.create(model=MODEL, stream=True, max_output_tokens=8, temperature=0, **body)
     events = [e.model_dump(exclude_unset=True) for e in stream]
     final = validate_responses_stream(events)
     assert final["usage"]["output_tokens"] <= 8
@@ -26,7 +26,7 @@ def test_responses_streaming_item_ids_match_final_response(openai_client):
 def test_codex_shaped_request_is_answered(openai_client):
     body = codex_request(MODEL, stream=True)
     extra = {k: body.pop(k) for k in ("text",)}
-    stream = openai_client.responses.create(max_output_tokens=8, extra_body=extra, **body)
+    stream = openai_client.responses.create(max_output_tokens=8, temperature=0, extra_body=extra, **body)
     final = validate_responses_stream([e.model_dump(exclude_unset=True) for e in stream])
     assert final["store"] is False
     with pytest.raises(openai.NotFoundError):  # store: false keeps nothing
@@ -35,13 +35,13 @@ def test_codex_shaped_request_is_answered(openai_client):
 
 def test_previous_response_chain_survives_a_restart(server, openai_client):
     r1 = openai_client.responses.create(model=MODEL, input="Remember the word kiwi.",
-                                        max_output_tokens=4)
+                                        max_output_tokens=4, temperature=0)
     # A fresh server process on the same store file has only the disk to continue from.
     restarted = start_server(server.store)
     try:
         client = openai.OpenAI(base_url=restarted.url + "/v1", api_key=API_KEY, max_retries=0)
         r2 = client.responses.create(model=MODEL, input="Which word?", previous_response_id=r1.id,
-                                     max_output_tokens=4)
+                                     max_output_tokens=4, temperature=0)
         # The rebuilt prompt holds the first turn, its answer and the new question.
         assert r2.usage.input_tokens > r1.usage.input_tokens + r1.usage.output_tokens
         assert r2.previous_response_id == r1.id
@@ -63,10 +63,10 @@ def _turn(connection) -> list[dict]:
 
 def test_websocket_serves_two_serial_turns(openai_client):
     with openai_client.responses.connect() as connection:
-        connection.response.create(model=MODEL, input="Hello there.", max_output_tokens=6,
+        connection.response.create(model=MODEL, input="Hello there.", max_output_tokens=6, temperature=0,
                                    store=False)
         first = validate_responses_stream(_turn(connection))
-        connection.response.create(model=MODEL, input="And again.", max_output_tokens=6,
+        connection.response.create(model=MODEL, input="And again.", max_output_tokens=6, temperature=0,
                                    store=False, previous_response_id=first["id"])
         second = validate_responses_stream(_turn(connection))
         assert second["usage"]["input_tokens"] > first["usage"]["input_tokens"]
@@ -77,8 +77,9 @@ def test_websocket_serves_two_serial_turns(openai_client):
 
 def test_websocket_rejects_a_second_response_in_flight(openai_client):
     with openai_client.responses.connect() as connection:
-        connection.response.create(model=MODEL, input="Long answer please.", max_output_tokens=64)
-        connection.response.create(model=MODEL, input="Too soon.", max_output_tokens=4)
+        connection.response.create(model=MODEL, input="Long answer please.", max_output_tokens=64,
+                                   temperature=0)
+        connection.response.create(model=MODEL, input="Too soon.", max_output_tokens=4, temperature=0)
         events = _turn(connection)
         errors = [e for e in events if e["type"] == "error"]
         if not errors:  # the rejection may arrive after the first response completed
