@@ -38,6 +38,7 @@ def test_claude_code_shape_drops_billing_header_and_keeps_mid_conversation_syste
     assert "You are Claude Code" in req.messages[0].content
     assert [m.role for m in req.messages].count("system") == 2
     assert len(req.tools) == 24 and req.thinking is True
+    assert req.cache_key == "user_abc_account_def_session_123"
 
 
 def test_codex_shape_expands_namespaces_and_skips_hosted_tools():

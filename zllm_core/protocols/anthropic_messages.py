@@ -93,6 +93,10 @@ class ThinkingParam(_Tolerant):
     budget_tokens: int | None = None
 
 
+class Metadata(_Tolerant):
+    user_id: str | None = None
+
+
 class CountTokensRequest(_Tolerant):
     model: str
     messages: list[AnthropicMessage]
@@ -100,6 +104,7 @@ class CountTokensRequest(_Tolerant):
     tools: list[Tool] | None = None
     tool_choice: ToolChoiceParam | None = None
     thinking: ThinkingParam | None = None
+    metadata: Metadata | None = None
 
 
 class MessagesRequest(CountTokensRequest):
@@ -192,6 +197,8 @@ def to_canonical(req: CountTokensRequest) -> CanonicalRequest:
     return CanonicalRequest(
         messages=messages, tools=tools, sampling=params, tool_choice=_tool_choice(req),
         stream=bool(getattr(req, "stream", False)), thinking=_thinking(req.thinking),
+        # Claude Code's user_id carries its session id: a stable hint for the prefix cache.
+        cache_key=req.metadata.user_id if req.metadata else None,
         max_tokens_requested=getattr(req, "max_tokens", None))
 
 

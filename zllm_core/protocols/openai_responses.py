@@ -262,16 +262,18 @@ def _tool_choice(req: ResponsesRequest, tools: list[FunctionTool]) -> ToolChoice
     return ToolChoice(choice or ("auto" if tools else "none"), None, parallel)
 
 
-def to_canonical(req: ResponsesRequest, history: list[Message]) -> CanonicalRequest:
-    """`history` is the stored conversation of previous_response_id (empty without one)."""
+def to_canonical(req: ResponsesRequest, history: list[Message],
+                 chain_key: str | None = None) -> CanonicalRequest:
+    """`history` is the stored conversation of previous_response_id (empty without one);
+    `chain_key` names the whole previous_response_id chain for the prefix cache."""
     system = [Message(role="system", content=req.instructions)] if req.instructions else []
     tools = function_tools(req)
     params = sampling(temperature=1.0 if req.temperature is None else req.temperature,
-                              top_p=req.top_p or 1.0)
+                      top_p=req.top_p or 1.0)
     effort = (req.reasoning or {}).get("effort")
     return CanonicalRequest(
         messages=system + history + input_messages(req), tools=tools, sampling=params,
         tool_choice=_tool_choice(req, tools), stream=bool(req.stream),
-        cache_key=req.prompt_cache_key or req.previous_response_id,
+        cache_key=req.prompt_cache_key or chain_key,
         thinking=None if effort is None else effort != "none",
         max_tokens_requested=req.max_output_tokens)

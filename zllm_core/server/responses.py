@@ -19,6 +19,8 @@ from zllm_core.server.runtime import Runtime, runtime
 from zllm_core.server.sse import event_frame, primed, sse_response
 
 router = APIRouter()
+# A WebSocket keeps its latest turns for store: false continuations; agents continue the last.
+RECENT_TURNS = 8
 
 
 class ResponseTurn:
@@ -27,9 +29,13 @@ class ResponseTurn:
         rt.check_model(req.model)
         self.rt, self.req, self.tenant, self.recent = rt, req, tenant, recent
         previous = self._previous()
-        self.canonical = orr.to_canonical(req, previous.messages if previous else [])
+        id = new_id("resp_")
+        # A chain keeps its first response's id as its cache key, across turns and restarts.
+        chain_key = previous.cache_key if previous and previous.cache_key else id
+        history = previous.messages if previous else []
+        self.canonical = orr.to_canonical(req, history, chain_key)
         self.admitted = rt.generation.admit(self.canonical)
-        self.encoder = ResponsesStream(req, new_id("resp_"), req.model)
+        self.encoder = ResponsesStream(req, id, req.model)
 
     def _previous(self) -> StoredResponse | None:
         pid = self.req.previous_response_id
@@ -57,6 +63,8 @@ class ResponseTurn:
                                 history + [out.message()], self.canonical.cache_key)
         if self.recent is not None:
             self.recent[record.id] = record
+            while len(self.recent) > RECENT_TURNS:
+                del self.recent[next(iter(self.recent))]
         if self.req.store is not False:
             self.rt.store.put(self.tenant, record)
 
