@@ -109,3 +109,9 @@ def test_explicit_dialect_wins_and_unknown_is_an_error():
         dialect_for({"model_type": "mystery"})
     with pytest.raises(ValueError):
         dialect_named("klingon")
+
+
+def test_developer_turns_become_system_turns_for_templates_without_that_role():
+    chat = ChatTemplate((TEMPLATES / "qwen3.jinja").read_text(), dialect_named("hermes"))
+    prompt = chat.render([Message("user", "hi"), Message("developer", "Be brief.")], None)
+    assert "<|im_start|>system\nBe brief.<|im_end|>" in prompt

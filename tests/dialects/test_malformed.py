@@ -46,6 +46,12 @@ def test_garbage_never_raises(text):
         dialect_named(name).parse(text, SCOPE, (), not in_reasoning)
 
 
+def test_unicode_case_folding_in_tags_is_a_repair_not_a_crash():
+    parsed = dialect_named("hermes").parse("<thİnk>\nhm\n</THİNK>\n\nok", SCOPE)
+    assert (parsed.reasoning, parsed.content) == ("hm", "ok")
+    assert [r.kind for r in parsed.repairs] == ["case", "case"]
+
+
 def test_invalid_json_in_a_non_string_parameter_is_an_error():
     cases = {
         "hermes": '<tool_call>\n{"name": "read_file", "arguments": {"path": "a", "limit": 4O}}\n</tool_call>',

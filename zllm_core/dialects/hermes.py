@@ -15,7 +15,7 @@ from .dialect import ToolDialect
 from .json_args import split_members, to_json
 from .json_depth import JsonDepth
 from .scanner import Markers, escaped_spellings
-from .stream import Channel, StreamParser, never
+from .stream import StreamParser
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -53,12 +53,10 @@ class HermesParser(StreamParser):
         return _newline, _newline
 
     def _content_ws(self):
-        return never, _newline  # text is printed as is, except the newline that precedes a call
-
-    def _end_reasoning(self, tag: str) -> None:
-        # The template re-renders `</think>\n\n` + content.lstrip("\n"): leading newlines are layout.
-        self.content = Channel(self.content._emit, _newline, _newline)
-        self._state = self._content_state
+        # The template re-renders `</think>\n\n` + content.lstrip("\n"): after reasoning, leading
+        # newlines are layout; without it, text is printed as is. A trailing newline may be the one
+        # that separates text from a call.
+        return (lambda c: self._thought and c == "\n"), _newline
 
     def _content_state(self) -> bool:
         text, tag = self._scan(_CONTENT)
@@ -223,7 +221,7 @@ class HermesDialect(ToolDialect):
         reasoning = (message.reasoning or "").strip("\n")
         if in_reasoning or reasoning:
             head = "" if in_reasoning else THINK_OPEN + "\n"
-            text = f"{head}{reasoning}\n{THINK_CLOSE}\n\n{message.content.lstrip(chr(10))}"
+            text = head + reasoning + "\n" + THINK_CLOSE + "\n\n" + message.content.lstrip("\n")
         else:
             text = message.content
         if message.tool_calls:
