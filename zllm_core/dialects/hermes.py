@@ -15,9 +15,8 @@ from .dialect import ToolDialect
 from .json_args import split_members, to_json
 from .json_depth import JsonDepth
 from .scanner import Markers, escaped_spellings
-from .stream import StreamParser
+from .stream import THINK_CLOSE, THINK_OPEN, StreamParser
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 
 _TOOLS_HEAD = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -48,6 +47,9 @@ class HermesParser(StreamParser):
     def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
         super().__init__(scope, tools, in_reasoning)
         self._reset_call()
+        self._content_actions = {THINK_OPEN: self._think_open, CALL_OPEN: self._call_after_text}
+        self._close_actions = {CALL_OPEN: self._call_without_closer, CALL_CLOSE: self._go(self._between_state)}
+        self._between_actions = {CALL_OPEN: self._next_call}
 
     def _reasoning_ws(self):
         return _newline, _newline
@@ -59,18 +61,11 @@ class HermesParser(StreamParser):
         return (lambda c: self._thought and c == "\n"), _newline
 
     def _content_state(self) -> bool:
-        text, tag = self._scan(_CONTENT)
-        self.content.write(text)
-        if tag is None:
-            return False
-        if tag.tag == THINK_OPEN:
-            self._think_tag(tag.tag)
-        elif tag.tag == CALL_OPEN:
-            self.content.close(lambda held: held[:-1])  # one newline separates text from the call
-            self._next_call()
-        else:
-            self._repair("stray_closing_tag", f"dropped {tag.tag!r} outside a tool call")
-        return True
+        return self._dispatch(_CONTENT, self.content.write, self._content_actions)
+
+    def _call_after_text(self) -> None:
+        self.content.close(lambda held: held[:-1])  # one newline separates text from the call
+        self._next_call()
 
     def _reset_call(self) -> None:
         self._envelope: list[str] = []   # the call's JSON, chunk by chunk
@@ -165,36 +160,21 @@ class HermesParser(StreamParser):
             self._skipping = False
 
     def _close_state(self) -> bool:
-        text, tag = self._scan(_BETWEEN)
-        if text.strip():
-            self._repair("layout", "text inside a tool call after its JSON")
-        if tag is None:
-            return False
-        if tag.tag == CALL_OPEN:
-            self._repair("missing_closer", f"{CALL_CLOSE!r} missing before the next call")
-            self._next_call()
-        elif tag.tag == CALL_CLOSE:
-            self._state = self._between_state
-        else:
-            self._repair("stray_closing_tag", f"dropped {tag.tag!r} inside a tool call")
-        return True
+        return self._dispatch(_BETWEEN, self._layout_text, self._close_actions)
+
+    def _call_without_closer(self) -> None:
+        self._repair("missing_closer", f"{CALL_CLOSE!r} missing before the next call")
+        self._next_call()
 
     def _between_state(self) -> bool:
-        return self._after_calls(_BETWEEN, {CALL_OPEN: self._next_call})
+        return self._dispatch(_BETWEEN, self._text_after_calls, self._between_actions)
 
     def _next_call(self) -> None:
         self._reset_call()
         self._state = self._envelope_start_state
 
     def _skip_state(self) -> bool:
-        _, tag = self._scan(_BETWEEN)
-        if tag is None:
-            return False
-        if tag.tag == CALL_OPEN:
-            self._next_call()
-        elif tag.tag == CALL_CLOSE:
-            self._state = self._between_state
-        return True
+        return self._dispatch(_BETWEEN, lambda _: None, self._close_actions)
 
     def _at_end(self) -> None:
         if self._state in (self._envelope_state, self._envelope_start_state) and self._call is None \
