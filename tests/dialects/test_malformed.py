@@ -83,6 +83,13 @@ def test_tolerated_spellings_are_repaired_and_counted():
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hi "
 
 
+def test_escaped_tags_in_prose_stay_prose():
+    text = "Wrap calls in &lt;tool_call&gt; tags."
+    for name in ("hermes", "glm45"):
+        parsed = dialect_named(name).parse(text, SCOPE, TOOLS)
+        assert (parsed.content, parsed.tool_calls, parsed.repairs) == (text, [], [])
+
+
 def test_dsml_ascii_bar_and_missing_opener_are_repaired():
     text = ('ok<|DSML|invoke name="list_dir">\n<｜dsml｜parameter name="path" string="true">.</｜DSML｜parameter>\n'
             '</｜DSML｜invoke>\n</｜DSML｜function_calls>')

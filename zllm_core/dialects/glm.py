@@ -13,7 +13,7 @@ from .conversation import FunctionTool, Message, ToolCall
 from .dialect import ToolDialect
 from .json_args import split_members, to_json
 from .param_values import ParamParser, StringSafety
-from .scanner import Markers, escaped_spellings
+from .scanner import Markers
 from .stream import THINK_CLOSE, THINK_OPEN, drop_all
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -28,17 +28,13 @@ _FORMAT_HINT = ("<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<ar
                 "<arg_key>{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call>")
 
 
-def _markers(*tags: str) -> Markers:
-    return Markers({t: escaped_spellings(t) for t in tags})
-
-
-_CONTENT = _markers(THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE)
-_REASONING = _markers(THINK_CLOSE)
-_NAME = _markers(KEY_OPEN, CALL_CLOSE, CALL_OPEN)
-_KEY = _markers(KEY_CLOSE)
-_BEFORE_VALUE = _markers(VALUE_OPEN)
-_VALUE = _markers(VALUE_CLOSE)
-_BETWEEN = _markers(CALL_OPEN, CALL_CLOSE, THINK_CLOSE, KEY_CLOSE, VALUE_CLOSE)
+_CONTENT = Markers.of(THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE, escaped=False)
+_REASONING = Markers.of(THINK_CLOSE, escaped=False)
+_NAME = Markers.of(KEY_OPEN, CALL_CLOSE, CALL_OPEN)
+_KEY = Markers.of(KEY_CLOSE)
+_BEFORE_VALUE = Markers.of(VALUE_OPEN)
+_VALUE = Markers.of(VALUE_CLOSE)
+_BETWEEN = Markers.of(CALL_OPEN, CALL_CLOSE, THINK_CLOSE, KEY_CLOSE, VALUE_CLOSE)
 _SAFETY = StringSafety(_VALUE)
 
 

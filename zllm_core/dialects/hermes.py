@@ -14,7 +14,7 @@ from .conversation import FunctionTool, Message, ToolCall
 from .dialect import ToolDialect
 from .json_args import split_members, to_json
 from .json_depth import JsonDepth
-from .scanner import Markers, escaped_spellings
+from .scanner import Markers
 from .stream import THINK_CLOSE, THINK_OPEN, StreamParser
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -28,13 +28,9 @@ _HEAD_LIMIT = 4096  # longest envelope start searched for the name; later names 
 _ENVELOPE = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*(?=\S)')
 
 
-def _markers(*tags: str) -> Markers:
-    return Markers({t: escaped_spellings(t) for t in tags})
-
-
-_CONTENT = _markers(THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE)
-_REASONING = _markers(THINK_CLOSE)
-_BETWEEN = _markers(CALL_OPEN, CALL_CLOSE, THINK_CLOSE)
+_CONTENT = Markers.of(THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE, escaped=False)
+_REASONING = Markers.of(THINK_CLOSE, escaped=False)
+_BETWEEN = Markers.of(CALL_OPEN, CALL_CLOSE, THINK_CLOSE)
 
 
 def _newline(c: str) -> bool:

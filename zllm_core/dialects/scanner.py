@@ -43,6 +43,12 @@ class Markers:
             if by_length else None
         self._longest = max(map(len, ordered))
 
+    @classmethod
+    def of(cls, *tags: str, escaped: bool = True) -> "Markers":
+        """Tags accepted in any letter case and, if `escaped`, HTML-escaped. Free text keeps
+        `escaped=False`: prose may well write `&lt;tool_call&gt;`, a model's call does not."""
+        return cls({t: escaped_spellings(t) if escaped else () for t in tags})
+
     def scan(self, text: str, final: bool) -> tuple[int, Match | None]:
         """(length of text safe to release before any tag, the earliest tag or None)."""
         found = self._find.search(text)
