@@ -106,9 +106,9 @@ class ArgsWriter:
 class StreamParser:
     """Shared machinery; subclasses provide the states (`_state` is the current one)."""
 
-    def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
+    def __init__(self, scope: str, tools: Sequence[FunctionTool] | None, in_reasoning: bool):
         self._scope = scope
-        self._tools = {t.name: t for t in tools}
+        self._tools = {t.name: t for t in tools or ()}  # empty: any function name is accepted
         self._buf = ""
         self._out: list[Event] = []
         self._final = False
