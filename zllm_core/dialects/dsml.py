@@ -175,7 +175,12 @@ class DsmlParser(ParamParser):
 
     def _done_state(self) -> bool:
         if self._buf.strip():
-            self._repair("layout", "text after the end of sentence token")
+            self._repair("layout", "text after the end of sentence token (dropped)")
+            self._state = self._drop_state
+        self._buf = ""
+        return False
+
+    def _drop_state(self) -> bool:
         self._buf = ""
         return False
 
