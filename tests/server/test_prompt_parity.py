@@ -11,6 +11,7 @@ from zllm_core.protocols import openai_responses as orr
 from zllm_core.protocols.responses_stream import ResponsesStream
 from zllm_core.protocols.canonical import Finish, Usage
 from zllm_core.server.prompt import PromptBuilder
+from zllm_core.server.tool_call_memory import ToolCallMemory
 from zllm_core.tokenizer import Tokenizer
 
 from .shapes import (
@@ -100,3 +101,28 @@ def test_a_parsed_call_echoed_back_renders_what_the_model_wrote(prompts):
                         "function": {"name": "get_weather", "arguments": json.dumps(ARGS)}}]},
         {"role": "tool", "tool_call_id": call.id, "content": "18C"}]})
     assert prompts.render(history).startswith(prompts.render(req) + MODEL_TEXT)
+
+
+def test_an_anthropic_echo_of_compact_arguments_renders_the_model_text(prompts):
+    """Anthropic returns calls as objects; the server remembers the model's own argument text
+    (here without spaces) so the echo does not re-serialize it into a different prompt."""
+    compact = '<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call>'
+    body = {"model": "m", "max_tokens": 4, "tools": [{"name": "get_weather", "input_schema": WEATHER["parameters"]}],
+            "messages": [{"role": "user", "content": "Weather?"}]}
+    req = messages(body)
+    memory = ToolCallMemory()
+    recorder = memory.watch()
+    parser = prompts.parser(req, prompts.build(req), "req-2")
+    call_id = None
+    for ev in parser.feed(compact) + parser.finish():
+        recorder.see(ev)
+        call_id = getattr(ev, "id", call_id)
+    echo = {**body, "messages": [*body["messages"],
+                                 {"role": "assistant", "content": [{"type": "tool_use", "id": call_id,
+                                                                    "name": "get_weather", "input": ARGS}]},
+                                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id,
+                                                               "content": "18C"}]}]}
+    rendered = prompts.render(am.to_canonical(am.MessagesRequest.model_validate(echo), memory.get))
+    assert rendered.startswith(prompts.render(req) + compact)
+    forgetful = prompts.render(am.to_canonical(am.MessagesRequest.model_validate(echo)))
+    assert not forgetful.startswith(prompts.render(req) + compact)

@@ -9,14 +9,16 @@ message_stop.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, Union
+from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from zllm_core.dialects import arguments_text
 
 from zllm_core.protocols.canonical import (
     CanonicalRequest, Finish, FunctionTool, Message, OutputEvent, ParsedOutput, ReasoningDelta,
     RequestError, TextDelta, ToolCall, ToolCallArgsDelta, ToolCallEnd,
-    ToolCallStart, ToolChoice, Usage, arguments_text, sampling,
+    ToolCallStart, ToolChoice, Usage, sampling,
 )
 
 # Claude Code prepends this attribution block; its per-request cch= nonce would fork every prefix.
@@ -140,7 +142,11 @@ def _result_text(block: ToolResultBlock, where: str) -> str:
     return "\n".join(p.text for p in block.content)
 
 
-def _turn(m: AnthropicMessage, i: int) -> list[Message]:
+# The argument text a call had when the server emitted it, by call id (None: not known).
+Remembered = Callable[[str], Optional[str]]
+
+
+def _turn(m: AnthropicMessage, i: int, remembered: Remembered) -> list[Message]:
     """One Anthropic message becomes tool messages (its tool_result blocks) and/or one message."""
     if isinstance(m.content, str):
         return [Message(role=m.role, content=m.content)]
@@ -153,7 +159,10 @@ def _turn(m: AnthropicMessage, i: int) -> list[Message]:
         elif isinstance(block, ThinkingBlock):
             reasoning.append(block.thinking)
         elif isinstance(block, ToolUseBlock):
-            calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments_text(block.input)))
+            # tool_use carries an object: reuse the model's own text for it, so the echo
+            # renders byte for byte and the prompt does not fork at the call.
+            args = arguments_text(block.input, remembered(block.id))
+            calls.append(ToolCall(id=block.id, name=block.name, arguments=args))
         elif isinstance(block, ToolResultBlock):
             out.append(Message(role="tool", content=_result_text(block, where),
                                tool_call_id=block.tool_use_id))
@@ -182,10 +191,11 @@ def _thinking(t: ThinkingParam | None) -> bool | None:
     return None if t is None else t.type != "disabled"
 
 
-def to_canonical(req: CountTokensRequest) -> CanonicalRequest:
+def to_canonical(req: CountTokensRequest,
+                 remembered: Remembered = lambda call_id: None) -> CanonicalRequest:
     messages = _system(req.system)
     for i, m in enumerate(req.messages):
-        messages.extend(_turn(m, i))
+        messages.extend(_turn(m, i, remembered))
     tools = [FunctionTool(name=t.name, description=t.description,
                           parameters=t.input_schema or {})
              for t in req.tools or [] if t.type in (None, "custom")]

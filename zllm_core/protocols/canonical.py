@@ -8,7 +8,6 @@ responses fold them with the dialect's `ParsedOutput`.
 """
 from __future__ import annotations
 
-import json
 import secrets
 from dataclasses import dataclass, field
 from typing import Literal, Union
@@ -28,7 +27,7 @@ __all__ = [
     "CanonicalRequest", "Finish", "FunctionTool", "Message", "OutputEvent", "ParsedOutput",
     "ReasoningDelta", "RequestError", "SamplingParams", "TextDelta", "ToolCall",
     "ToolCallArgsDelta", "ToolCallEnd", "ToolCallStart", "ToolChoice", "Usage",
-    "arguments_text", "new_id", "sampling",
+    "new_id", "sampling",
 ]
 
 # The dialect parser's events; its ParseError and Repair events pass through the encoders unsent.
@@ -47,15 +46,6 @@ class RequestError(Exception):
                  code: str | None = None):
         super().__init__(message)
         self.message, self.param, self.status, self.code = message, param, status, code
-
-
-def arguments_text(arguments: dict) -> str:
-    """Tool-call arguments that arrive as an object (Anthropic tool_use.input) as JSON text.
-
-    One serialization for every protocol, so the same call echoed back through any of them
-    renders the same prompt tokens.
-    """
-    return json.dumps(arguments, ensure_ascii=False)
 
 
 def sampling(**fields) -> SamplingParams:

@@ -16,6 +16,7 @@ from zllm_core.protocols.canonical import (
     CanonicalRequest, Finish, OutputEvent, ParsedOutput, RequestError, ToolCallStart, Usage,
 )
 from zllm_core.server.prompt import Prompt, PromptBuilder
+from zllm_core.server.tool_call_memory import ToolCallMemory
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Generation:
     def __init__(self, engine: Any, prompts: PromptBuilder, limits: Limits):
         self.engine, self.prompts, self.limits = engine, prompts, limits
         self.running = 0  # engine streams open now (/health reports it)
+        self.calls = ToolCallMemory()
 
     def admit(self, req: CanonicalRequest) -> Admitted:
         prompt = self.prompts.build(req)
@@ -55,6 +57,7 @@ class Generation:
         """`tenant` scopes the prefix cache to the caller's API key; tool-call ids hash the
         request id, so the same function called in two requests gets two ids."""
         parser = self.prompts.parser(admitted.request, admitted.prompt, request_id)
+        recorder = self.calls.watch()
         called = False
         last = None
         hint = CacheHint(tenant=tenant, cache_id=admitted.request.cache_key)
@@ -66,6 +69,7 @@ class Generation:
                 async for last in engine_stream:
                     for ev in parser.feed(last.text):
                         called |= isinstance(ev, ToolCallStart)
+                        recorder.see(ev)
                         yield ev
         except EngineError as exc:
             raise RequestError(str(exc)) from None
@@ -73,6 +77,7 @@ class Generation:
             self.running -= 1
         for ev in parser.finish():
             called |= isinstance(ev, ToolCallStart)
+            recorder.see(ev)
             yield ev
         reason = "tool_calls" if called and last.finish_reason == "stop" else last.finish_reason
         usage = Usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens)

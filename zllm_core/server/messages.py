@@ -18,7 +18,7 @@ router = APIRouter()
 async def create_message(body: am.MessagesRequest, request: Request) -> Any:
     rt = runtime(request)
     rt.check_model(body.model)
-    admitted = rt.generation.admit(am.to_canonical(body))
+    admitted = rt.generation.admit(am.to_canonical(body, rt.generation.calls.get))
     id = new_id("msg_")
     events = rt.generation.stream(admitted, id, request.state.tenant)
     if not admitted.request.stream:
@@ -32,7 +32,8 @@ async def create_message(body: am.MessagesRequest, request: Request) -> Any:
 async def count_tokens(body: am.CountTokensRequest, request: Request) -> dict[str, int]:
     rt = runtime(request)
     rt.check_model(body.model)
-    return {"input_tokens": len(rt.generation.prompts.build(am.to_canonical(body)).token_ids)}
+    canonical = am.to_canonical(body, rt.generation.calls.get)
+    return {"input_tokens": len(rt.generation.prompts.build(canonical).token_ids)}
 
 
 async def _frames(encoder: am.MessagesStream, events: AsyncIterator[Any]) -> AsyncIterator[str]:

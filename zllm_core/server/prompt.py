@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zllm_core.dialects import ChatTemplate, StreamParser
+from zllm_core.dialects import ChatTemplate, DsmlPrompt, StreamParser, prompt_for
 from zllm_core.protocols.canonical import CanonicalRequest
 
 
@@ -22,12 +22,12 @@ class Prompt:
 
 
 class PromptBuilder:
-    def __init__(self, template: ChatTemplate, tokenizer: Any):
+    def __init__(self, template: ChatTemplate | DsmlPrompt, tokenizer: Any):
         self.template, self.tokenizer = template, tokenizer
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path, tokenizer: Any) -> "PromptBuilder":
-        return cls(ChatTemplate.from_model_dir(model_dir), tokenizer)
+        return cls(prompt_for(model_dir), tokenizer)
 
     def render(self, req: CanonicalRequest) -> str:
         extra = {} if req.thinking is None else {"enable_thinking": req.thinking}
