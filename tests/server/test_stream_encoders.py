@@ -1,4 +1,5 @@
 """The stream encoders, fed canonical output events, produce streams their validators accept."""
+import asyncio
 import json
 
 import pytest
@@ -6,10 +7,12 @@ import pytest
 from zllm_core.protocols import anthropic_messages as am
 from zllm_core.protocols import openai_chat as oc
 from zllm_core.protocols import openai_responses as orr
-from zllm_core.protocols.responses_stream import ResponsesStream
 from zllm_core.protocols.canonical import (
-    Finish, ParsedOutput, ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallEnd, ToolCallStart, Usage,
+    Finish, ParsedOutput, ReasoningDelta, RequestError, TextDelta, ToolCallArgsDelta, ToolCallEnd,
+    ToolCallStart, Usage,
 )
+from zllm_core.protocols.responses_stream import ResponsesStream
+from zllm_core.server.generation import encoded
 
 from .validators import validate_anthropic_stream, validate_chat_stream, validate_responses_stream
 
@@ -120,3 +123,25 @@ def test_responses_validator_rejects_gapped_sequence_numbers():
     del events[4]
     with pytest.raises(AssertionError):
         validate_responses_stream(events)
+
+
+async def failing_after(events):
+    for ev in events:
+        yield ev
+    raise RequestError("engine step failed")
+
+
+@pytest.mark.parametrize("make", [
+    lambda: oc.ChatStream("c", "m", include_usage=False),
+    lambda: am.MessagesStream("msg", "m", 10),
+    lambda: ResponsesStream(responses_request(), "r", "m"),
+])
+def test_a_failure_before_any_output_raises_and_after_it_becomes_an_error_event(make):
+    async def drain(events):
+        return [p async for p in encoded(make(), failing_after(events))]
+    with pytest.raises(RequestError):
+        asyncio.run(drain([]))
+    payloads = asyncio.run(drain([TextDelta("partial")]))
+    last = payloads[-1]
+    assert last.get("type") == "error" or "error" in last
+    assert "engine step failed" in json.dumps(last)
