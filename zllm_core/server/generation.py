@@ -72,7 +72,10 @@ class Generation:
                         recorder.see(ev)
                         yield ev
         except EngineError as exc:
-            raise RequestError(str(exc)) from None
+            # Before any output the engine refused the request; after, a step failed under it.
+            refused = last is None
+            raise RequestError(str(exc), status=400 if refused else 500,
+                               code=None if refused else "engine_error") from None
         finally:
             self.running -= 1
         for ev in parser.finish():

@@ -80,8 +80,9 @@ async def _gathered(events: AsyncIterator[Any], seen: list[Any]) -> AsyncIterato
 async def create_response(body: orr.ResponsesRequest, request: Request) -> Any:
     turn = ResponseTurn(runtime(request), body, request.state.tenant)
     if not body.stream:
-        async for _ in turn.events():
-            pass
+        async for payload in turn.events():
+            if payload["type"] == "error":
+                raise RequestError(payload["message"], status=500, code=payload["code"])
         return turn.encoder.response()
     return sse_response(await primed(_frames(turn)))
 
