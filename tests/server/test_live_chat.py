@@ -43,6 +43,7 @@ def test_output_is_capped_by_max_output_tokens(openai_client):
     assert r.usage.completion_tokens <= 64  # the server was started with --max-output-tokens 64
 
 
-def test_models_and_health(server, openai_client):
+def test_models_and_health(server, openai_client, anthropic_client):
     assert [m.id for m in openai_client.models.list()] == [MODEL]
+    assert [m.id for m in anthropic_client.models.list()] == [MODEL]
     assert httpx.get(server.url + "/health").json()["status"] == "ok"

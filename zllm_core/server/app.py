@@ -6,6 +6,7 @@ back into its protocol.
 """
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -33,9 +34,13 @@ def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> Fas
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
-        rt = runtime(request)
-        return {"object": "list", "data": [{
-            "id": config.model_name, "object": "model", "created": rt.created,
-            "owned_by": "zllm", "max_model_len": max_len}]}
+        # One body both SDKs read: OpenAI's list fields and Anthropic's page fields.
+        created = runtime(request).created
+        model = {"id": config.model_name, "object": "model", "created": created,
+                 "owned_by": "zllm", "max_model_len": max_len, "type": "model",
+                 "display_name": config.model_name,
+                 "created_at": datetime.fromtimestamp(created, timezone.utc).isoformat()}
+        return {"object": "list", "data": [model], "has_more": False,
+                "first_id": config.model_name, "last_id": config.model_name}
 
     return Gate(app, config.api_keys, config.max_body_bytes)
