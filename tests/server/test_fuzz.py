@@ -8,6 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from zllm_core.protocols.anthropic_messages import MessagesRequest
+from zllm_core.protocols.openai_chat import ChatRequest
+from zllm_core.protocols.openai_responses import ResponsesRequest
+
 from .conftest import API_KEY, MODEL
 from .shapes import anthropic_conversation, chat_conversation, responses_conversation
 
@@ -44,12 +48,15 @@ def mutate(base, edits):
     return body
 
 
-def edits_for(base):
-    all_paths = [p for p in paths(base) if p]
+def edits_for(base, fields):
+    """Delete or replace anything in the body, or set any top-level field the model knows."""
+    all_paths = [p for p in paths(base) if p] + [(f,) for f in fields]
     return st.lists(st.tuples(st.sampled_from(all_paths), st.sampled_from(["delete", "replace"]),
                               json_values), min_size=1, max_size=3)
 
 
+MODELS = {"/v1/chat/completions": ChatRequest, "/v1/messages": MessagesRequest,
+          "/v1/responses": ResponsesRequest}
 ENDPOINTS = {
     "/v1/chat/completions": {**chat_conversation(MODEL), "max_tokens": 1, "temperature": 0},
     "/v1/messages": {**anthropic_conversation(MODEL), "max_tokens": 1, "temperature": 0},
@@ -74,7 +81,7 @@ def test_mutated_requests_never_get_a_500(server, path):
     base = ENDPOINTS[path]
 
     @FUZZ
-    @given(edits_for(base))
+    @given(edits_for(base, sorted(MODELS[path].model_fields)))
     def run(edits):
         check(server, path, json.dumps(mutate(base, edits)))
     run()
