@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.zllm-installed
 PROMPT ?= Write a haiku about caches.
 
-.PHONY: setup generate test
+.PHONY: setup serve generate test
 
 setup: $(STAMP)
 
@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml CMakeLists.txt $(wildcard csrc/*)
 	  else $(PY) -m pip install -q torch==2.13.0; fi
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+serve: setup
+	$(VENV)/bin/zllm serve --host 0.0.0.0 --port 8000
 
 generate: setup
 	$(VENV)/bin/zllm generate "$(PROMPT)"

@@ -36,6 +36,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="zllm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     add_generate_parser(sub)
+    from zllm_core.server.cli import add_serve_parser
+    add_serve_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -73,6 +73,9 @@ class LLMEngine:
         self.scheduler = Scheduler(self.pool, sched_config, self.cache)
         self.runner = ModelRunner(model, self.pool, select_backend(self.device, config.attention_backend), self.device)
         self.eos_token_ids = frozenset(mc.eos_token_ids)
+        # Checkpoints pad the output head past the tokenizer (Qwen: 151936 rows, 151669
+        # tokens); a padding id has no text, so it must never be sampled.
+        self.sampleable = min(mc.vocab_size, tokenizer.vocab_size) if tokenizer is not None else mc.vocab_size
         self._seqs: dict[str, Sequence] = {}
         self._detok: dict[str, StreamDetokenizer] = {}
         self._arrivals = itertools.count()
@@ -139,6 +142,7 @@ class LLMEngine:
 
     # -- the step ---------------------------------------------------------------------
 
+    @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
         batch = self.scheduler.schedule()
         if batch is None:
@@ -150,6 +154,7 @@ class LLMEngine:
             if self.cache is not None and seq.cache is not None:
                 self.cache.commit(seq.request_id, seq.token_ids, seq.block_table, seq.num_computed)
         sampled = [c.seq for c in batch.chunks if c.samples]
+        logits[:, self.sampleable:] = float("-inf")
         tokens = sample(logits, sampled)
         return [self._append(seq, tok) for seq, tok in zip(sampled, tokens)]
 

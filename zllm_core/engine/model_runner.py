@@ -45,7 +45,6 @@ class ModelRunner:
         self.backend = backend
         self.device = device
 
-    @torch.inference_mode()
     def run(self, batch: Batch) -> torch.Tensor:
         """Run the step; return fp32 logits for the chunks that sample, in chunk order."""
         input_ids, positions, meta = build_metadata(batch, self.pool.block_size, self.device)
