@@ -54,3 +54,24 @@ def online_softmax_step(acc, m, l, s, v, DOT_PRECISION: tl.constexpr, UPCAST: tl
     l = l * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + mma(p.to(v.dtype), v, DOT_PRECISION, UPCAST)
     return acc, m_new, l
+
+
+@triton.jit
+def attend_tile(acc, m, l, q, q_pos, tile, kv_end, k_ptr, v_ptr, table_row, kv_head, d, d_mask,
+                stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, scale_log2,
+                PAGE: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """Fold keys ``tile .. tile + BLOCK_N`` (those below ``kv_end``) into the running state of
+    the query rows ``q``; with CAUSAL a row at absolute position ``q_pos`` sees keys <= it."""
+    pos = tile + tl.arange(0, BLOCK_N)
+    valid = pos < kv_end
+    k = load_kv_tile(k_ptr, table_row, pos, valid, kv_head, d, d_mask,
+                     stride_kb, stride_ks, stride_kh, PAGE)
+    s = mma(q, tl.trans(k), DOT_PRECISION, UPCAST) * scale_log2
+    visible = valid[None, :]
+    if CAUSAL:
+        visible = visible & (pos[None, :] <= q_pos[:, None])
+    s = tl.where(visible, s, float("-inf"))
+    v = load_kv_tile(v_ptr, table_row, pos, valid, kv_head, d, d_mask,
+                     stride_vb, stride_vs, stride_vh, PAGE)
+    return online_softmax_step(acc, m, l, s, v, DOT_PRECISION, UPCAST)
