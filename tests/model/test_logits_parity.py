@@ -3,7 +3,7 @@ import inspect
 
 import pytest
 import torch
-from conftest import VARIANTS, SingleSequence
+from tiny_models import VARIANTS, SingleSequence
 
 from zllm_core.model.loader import load_model
 
@@ -59,13 +59,14 @@ def test_chunked_prefill_attends_to_cached_chunks(arch, tiny_checkpoints):
     assert _max_err(ours, ref(input_ids=torch.tensor([prompt])).logits[0]) <= TOL
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @torch.inference_mode()
-def test_bfloat16_tracks_float32(tiny_checkpoints):
+def test_half_precision_tracks_float32(dtype, tiny_checkpoints):
     path, _ = tiny_checkpoints["qwen3"]
     prompt = _prompt(512, seed=3)
     full = SingleSequence(load_model(path), PROMPT_LEN).step(prompt)
-    half_model = load_model(path, dtype="bfloat16")
-    assert half_model.dtype == torch.bfloat16
+    half_model = load_model(path, dtype=dtype)
+    assert half_model.dtype == getattr(torch, dtype)
     half = SingleSequence(half_model, PROMPT_LEN).step(prompt)
     assert half.dtype == torch.float32
     assert _max_err(half, full) < 0.1 * full.abs().max().item()

@@ -20,12 +20,13 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
-def _exponential_noise(shape: tuple[int, int], seqs: list[Sequence], device: torch.device) -> torch.Tensor:
-    noise = torch.empty(shape, device=device).exponential_()
+def _uniforms(seqs: list[Sequence], device: torch.device) -> torch.Tensor:
+    """One uniform draw per row; seeded requests draw from their own generator."""
+    u = torch.rand(len(seqs), dtype=torch.float64, device=device)
     for i, seq in enumerate(seqs):
-        if seq.generator is not None:  # seeded requests draw from their own stream
-            noise[i].exponential_(generator=seq.generator)
-    return noise
+        if seq.generator is not None:
+            u[i] = torch.rand(1, dtype=torch.float64, generator=seq.generator, device=device)[0]
+    return u
 
 
 def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
@@ -43,7 +44,8 @@ def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
             top_k = torch.tensor([s.params.top_k for s in sub], device=logits.device)
             top_p = torch.tensor([s.params.top_p for s in sub], device=logits.device)
             x = _filter_top_k_top_p(x, top_k, top_p)
-        # Exponential race: argmax(p / E) with E ~ Exp(1) is a draw from p, without a cumsum.
-        probs = x.softmax(dim=-1)
-        out[idx] = (probs / _exponential_noise(tuple(probs.shape), sub, logits.device)).argmax(dim=-1)
+        # Inverse CDF: one uniform per row (cheap to seed per request), one cumsum per batch.
+        cdf = x.softmax(dim=-1).double().cumsum(dim=-1)
+        target = (_uniforms(sub, logits.device) * cdf[:, -1])[:, None]
+        out[idx] = torch.searchsorted(cdf, target).squeeze(1).clamp(max=cdf.shape[-1] - 1)
     return out.tolist()

@@ -122,13 +122,14 @@ def parse_config(raw: dict[str, Any], generation: dict[str, Any], model_dir: Pat
     hidden_size = f.positive("hidden_size")
     head_dim = _head_dim(f, architecture, hidden_size, num_heads)
     rope_theta, rope_scaling = _rope(f)
-    dtype_name = raw.get("torch_dtype", raw.get("dtype")) or "float32"
+    dtype_field = "dtype" if raw.get("torch_dtype") is None else "torch_dtype"  # transformers 5 writes "dtype"
+    dtype_name = f.get(dtype_field, str, "float32")
     if dtype_name not in DTYPES:
-        raise f.fail("torch_dtype", f"{dtype_name!r} is not one of {sorted(DTYPES)}")
+        raise f.fail(dtype_field, f"{dtype_name!r} is not one of {sorted(DTYPES)}")
     qwen2 = architecture == "Qwen2ForCausalLM"
     bias = f.get("attention_bias", bool, False)
     gen = _Fields(generation, model_dir / "generation_config.json")
-    eos = gen.token_ids("eos_token_id") if "eos_token_id" in generation else f.token_ids("eos_token_id")
+    eos = gen.token_ids("eos_token_id") if generation.get("eos_token_id") is not None else f.token_ids("eos_token_id")
     return ModelConfig(
         architecture=architecture,
         vocab_size=f.positive("vocab_size"),
@@ -178,7 +179,7 @@ def _refuse_unsupported(f: _Fields) -> None:
 
 
 def _head_dim(f: _Fields, architecture: str, hidden_size: int, num_heads: int) -> int:
-    if architecture == "Qwen3ForCausalLM" or "head_dim" in f.raw:
+    if architecture == "Qwen3ForCausalLM" or f.raw.get("head_dim") is not None:
         # Qwen3's head_dim is independent of hidden_size, so it must be stated.
         return f.positive("head_dim")
     if hidden_size % num_heads:

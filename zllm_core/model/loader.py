@@ -77,8 +77,7 @@ def load_weights(model: CausalLM, model_dir: Path) -> None:
     loaded: dict[str, Path] = {}
     with tqdm(total=len(targets), desc="Loading weights", unit="tensor", disable=not large) as bar:
         for shard in shards:
-            _load_shard(shard, targets, loaded, model.device)
-            bar.update(len(loaded) - bar.n)
+            _load_shard(shard, targets, loaded, model.device, bar)
     missing = [name for name in targets if name not in loaded]
     if missing:
         where = weight_map.get(missing[0], model_dir / INDEX_FILE) if weight_map else shards[0]
@@ -86,7 +85,7 @@ def load_weights(model: CausalLM, model_dir: Path) -> None:
         raise CheckpointError(f"{where}: missing tensor '{missing[0]}'{more}")
 
 
-def _load_shard(shard: Path, targets: Targets, loaded: dict[str, Path], device: torch.device) -> None:
+def _load_shard(shard: Path, targets: Targets, loaded: dict[str, Path], device: torch.device, bar: tqdm) -> None:
     try:
         with safe_open(str(shard), framework="pt", device=str(device)) as f:
             for name in f.keys():
@@ -101,5 +100,6 @@ def _load_shard(shard: Path, targets: Targets, loaded: dict[str, Path], device: 
                     raise CheckpointError(f"{shard}: tensor '{name}' has shape {shape}, expected {tuple(dest.shape)}")
                 dest.copy_(f.get_tensor(name))
                 loaded[name] = shard
+                bar.update()
     except SafetensorError as e:
         raise CheckpointError(f"{shard}: not a readable safetensors file ({e})") from e

@@ -1,0 +1,232 @@
+// Byte-pair merging by priority. Short pieces (most of them) use a flat scan whose cost is
+// quadratic in a handful of symbols; long pieces use a heap over a linked list so a 50 MB
+// piece stays O(n log n). Both take the lowest priority first and the leftmost on ties,
+// which is what tiktoken and Hugging Face do.
+#include "bpe.h"
+
+#include <cstring>
+#include <functional>
+#include <queue>
+#include <stdexcept>
+
+namespace zllm {
+namespace {
+
+constexpr uint32_t kNone = UINT32_MAX;
+constexpr size_t kSmallPiece = 48;
+
+inline uint64_t mix(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  return h ^ (h >> 33);
+}
+
+size_t table_size(size_t n) {
+  size_t s = 16;
+  while (s < 2 * n + 1) s <<= 1;
+  return s;
+}
+
+}  // namespace
+
+uint64_t hash_bytes(const uint8_t* p, size_t n) {
+  uint64_t h = load_prefix(p, n) ^ (uint64_t(n) * 0x9E3779B97F4A7C15ull);
+  for (size_t k = 8; k < n; k += 8) {
+    h = ((h << 27) | (h >> 37)) * 0xbf58476d1ce4e5b9ull;
+    h ^= load_prefix(p + k, n - k);
+  }
+  return mix(h);
+}
+
+void TokenIndex::build(const uint32_t* offsets, const char* arena, const std::vector<uint32_t>& ids) {
+  slots_.assign(table_size(ids.size()), Slot{0, 0, 0});
+  mask_ = slots_.size() - 1;
+  for (uint32_t id : ids) {
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(arena) + offsets[id];
+    size_t n = offsets[id + 1] - offsets[id];
+    uint64_t i = hash_bytes(p, n) & mask_;
+    while (slots_[i].id_plus_1) i = (i + 1) & mask_;
+    slots_[i] = Slot{load_prefix(p, n), uint32_t(n), id + 1};
+  }
+}
+
+uint32_t TokenIndex::find(const uint8_t* p, size_t n, uint64_t h, const uint32_t* offsets,
+                          const char* arena) const {
+  const uint64_t prefix = load_prefix(p, n);
+  for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
+    const Slot& s = slots_[i];
+    if (!s.id_plus_1) return 0;
+    if (s.len != n || s.prefix != prefix) continue;
+    if (n <= 8 || std::memcmp(arena + offsets[s.id_plus_1 - 1] + 8, p + 8, n - 8) == 0) return s.id_plus_1;
+  }
+}
+
+void MergeTable::reserve(size_t n) {
+  slots_.assign(table_size(n), Slot{0, {0, 0}});
+  mask_ = slots_.size() - 1;
+  size_ = 0;
+}
+
+void MergeTable::grow() {
+  std::vector<Slot> old;
+  old.swap(slots_);
+  reserve(old.size());
+  for (const Slot& s : old)
+    if (s.key) insert(uint32_t((s.key - 1) >> 32), uint32_t(s.key - 1), s.merge);
+}
+
+void MergeTable::insert(uint32_t left, uint32_t right, Merge m) {
+  if (2 * (size_ + 1) > slots_.size()) grow();
+  uint64_t key = ((uint64_t(left) << 32) | right) + 1;
+  for (uint64_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
+    if (slots_[i].key == key) {  // a later duplicate wins, as in Hugging Face's merge map
+      slots_[i].merge = m;
+      return;
+    }
+    if (!slots_[i].key) {
+      slots_[i] = Slot{key, m};
+      ++size_;
+      return;
+    }
+  }
+}
+
+const Merge* MergeTable::find(uint32_t left, uint32_t right) const {
+  uint64_t key = ((uint64_t(left) << 32) | right) + 1;
+  for (uint64_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
+    if (slots_[i].key == key) return &slots_[i].merge;
+    if (!slots_[i].key) return nullptr;
+  }
+}
+
+BytePairModel::BytePairModel(const std::vector<std::string>& tokens,
+                             const std::vector<std::pair<uint32_t, uint32_t>>& merges,
+                             bool whole_piece_first)
+    : whole_piece_first_(whole_piece_first) {
+  offsets_.reserve(tokens.size() + 1);
+  offsets_.push_back(0);
+  std::vector<uint32_t> present;
+  for (uint32_t id = 0; id < tokens.size(); ++id) {
+    arena_ += tokens[id];
+    offsets_.push_back(uint32_t(arena_.size()));
+    if (!tokens[id].empty()) present.push_back(id);
+  }
+  index_.build(offsets_.data(), arena_.data(), present);
+  for (int b = 0; b < 256; ++b) {
+    uint8_t byte = uint8_t(b);
+    uint32_t found = find(&byte, 1, hash_bytes(&byte, 1));
+    if (!found) throw std::invalid_argument("vocabulary lacks the single-byte token " + std::to_string(b));
+    byte_ids_[b] = found - 1;
+  }
+  if (merges.empty()) {
+    derive_merges_from_ranks();
+    return;
+  }
+  merges_.reserve(merges.size());
+  std::string joined;
+  for (uint32_t rank = 0; rank < merges.size(); ++rank) {
+    auto [l, r] = merges[rank];
+    if (!has(l) || !has(r)) throw std::invalid_argument("merge " + std::to_string(rank) + " names an absent token");
+    joined = token_bytes(l) + token_bytes(r);
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(joined.data());
+    uint32_t found = find(p, joined.size(), hash_bytes(p, joined.size()));
+    if (!found) throw std::invalid_argument("merge " + std::to_string(rank) + " makes a token absent from the vocabulary");
+    merges_.insert(l, r, Merge{rank, found - 1});
+  }
+}
+
+// tiktoken merges the adjacent pair whose concatenation has the lowest rank, so every way
+// of splitting a token into two tokens is a merge whose priority is that token's rank.
+void BytePairModel::derive_merges_from_ranks() {
+  merges_.reserve(arena_.size());
+  const uint8_t* base = reinterpret_cast<const uint8_t*>(arena_.data());
+  for (uint32_t id = 0; id + 1 < offsets_.size(); ++id) {
+    const uint8_t* p = base + offsets_[id];
+    size_t n = offsets_[id + 1] - offsets_[id];
+    for (size_t k = 1; k < n; ++k) {
+      uint32_t l = find(p, k, hash_bytes(p, k));
+      if (!l) continue;
+      uint32_t r = find(p + k, n - k, hash_bytes(p + k, n - k));
+      if (r) merges_.insert(l - 1, r - 1, Merge{id, id});
+    }
+  }
+}
+
+int64_t BytePairModel::whole(const uint8_t* p, size_t n, uint64_t h) const {
+  return int64_t(find(p, n, h)) - 1;
+}
+
+void BytePairModel::merge(const uint8_t* p, size_t n, std::vector<uint32_t>& out) const {
+  if (n == 1) {
+    out.push_back(byte_ids_[p[0]]);
+  } else if (n <= kSmallPiece) {
+    merge_small(p, n, out);
+  } else {
+    merge_heap(p, n, out);
+  }
+}
+
+void BytePairModel::merge_small(const uint8_t* p, size_t n, std::vector<uint32_t>& out) const {
+  uint32_t ids[kSmallPiece], prio[kSmallPiece], merged[kSmallPiece];
+  auto pair_at = [&](size_t k) {
+    const Merge* m = merges_.find(ids[k], ids[k + 1]);
+    prio[k] = m ? m->priority : kNone;
+    merged[k] = m ? m->merged : 0;
+  };
+  for (size_t k = 0; k < n; ++k) ids[k] = byte_ids_[p[k]];
+  for (size_t k = 0; k + 1 < n; ++k) pair_at(k);
+  while (n > 1) {
+    size_t best = 0;
+    for (size_t k = 1; k + 1 < n; ++k)
+      if (prio[k] < prio[best]) best = k;
+    if (prio[best] == kNone) break;
+    ids[best] = merged[best];
+    for (size_t k = best + 1; k + 1 < n; ++k) {
+      ids[k] = ids[k + 1];
+      prio[k] = prio[k + 1];
+      merged[k] = merged[k + 1];
+    }
+    --n;
+    if (best + 1 < n) pair_at(best);
+    if (best > 0) pair_at(best - 1);
+  }
+  out.insert(out.end(), ids, ids + n);
+}
+
+void BytePairModel::merge_heap(const uint8_t* p, size_t n, std::vector<uint32_t>& out) const {
+  struct Node {
+    uint32_t id;
+    int64_t prev, next;
+  };
+  std::vector<Node> nodes(n);
+  for (size_t k = 0; k < n; ++k) nodes[k] = Node{byte_ids_[p[k]], int64_t(k) - 1, k + 1 < n ? int64_t(k + 1) : -1};
+  // (priority << 32 | position of the left symbol): lowest priority, then leftmost.
+  std::priority_queue<uint64_t, std::vector<uint64_t>, std::greater<uint64_t>> heap;
+  auto push = [&](int64_t left) {
+    if (left < 0 || nodes[left].next < 0) return;
+    if (const Merge* m = merges_.find(nodes[left].id, nodes[nodes[left].next].id))
+      heap.push((uint64_t(m->priority) << 32) | uint64_t(left));
+  };
+  for (size_t k = 0; k + 1 < n; ++k) push(int64_t(k));
+  while (!heap.empty()) {
+    uint64_t top = heap.top();
+    heap.pop();
+    int64_t left = int64_t(top & 0xFFFFFFFFu);
+    Node& a = nodes[left];
+    if (a.id == kNone || a.next < 0) continue;
+    const Merge* m = merges_.find(a.id, nodes[a.next].id);
+    if (!m || m->priority != uint32_t(top >> 32)) continue;  // stale: a neighbour changed
+    Node& b = nodes[a.next];
+    a.id = m->merged;
+    a.next = b.next;
+    b.id = kNone;
+    if (a.next >= 0) nodes[a.next].prev = left;
+    push(a.prev);
+    push(left);
+  }
+  for (int64_t k = 0; k >= 0; k = nodes[k].next) out.push_back(nodes[k].id);
+}
+
+}  // namespace zllm

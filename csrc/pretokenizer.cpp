@@ -1,0 +1,186 @@
+// Sequential evaluator of the class rules in pretokenizer.h. Each function below is one
+// alternative of the reference regex, tried in the regex's order; an alternative's extent is
+// fixed by runs of character classes, so no backtracking over text is ever needed.
+#include "pretokenizer.h"
+
+namespace zllm {
+namespace {
+
+struct ClassRange {
+  uint32_t lo, hi;
+  CharClass cls;
+};
+#include "unicode_classes.inc"
+
+// A flat table (1.1 MB) beats a range search on the hot path, and is built once.
+const uint8_t* class_table() {
+  static const std::vector<uint8_t> table = [] {
+    std::vector<uint8_t> t(0x110000, kOther);
+    for (const ClassRange& r : kClassRanges)
+      for (uint32_t c = r.lo; c <= r.hi; ++c) t[c] = r.cls;
+    t['\r'] = kCR;
+    t['\n'] = kLF;
+    return t;
+  }();
+  return table.data();
+}
+
+constexpr uint32_t bit(CharClass c) { return 1u << c; }
+constexpr uint32_t kLetters = bit(kLu) | bit(kLl) | bit(kLt) | bit(kLm) | bit(kLo);
+constexpr uint32_t kSpaces = bit(kSpace) | bit(kCR) | bit(kLF);
+constexpr uint32_t kPunct = bit(kOther) | bit(kMark);                // [^\s\p{L}\p{N}]
+constexpr uint32_t kPrefix = bit(kOther) | bit(kMark) | bit(kSpace);  // [^\r\n\p{L}\p{N}]
+constexpr uint32_t kUpper = bit(kLu) | bit(kLt) | bit(kLm) | bit(kLo) | bit(kMark);  // o200k
+constexpr uint32_t kLower = bit(kLl) | bit(kLm) | bit(kLo) | bit(kMark);             // o200k
+
+inline int utf8_len(uint8_t lead) { return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4; }
+
+inline uint8_t ascii_lower(uint8_t c) { return (c >= 'A' && c <= 'Z') ? c | 0x20 : c; }
+
+class Scanner {
+ public:
+  Scanner(const Grammar& g, const uint8_t* s, size_t n) : g_(g), s_(s), n_(n), table_(class_table()) {}
+
+  size_t piece_end(size_t i) const {
+    if (g_.digits_only) return digit_split_end(i);
+    const CharClass c0 = cls(i);
+    const size_t next = i + utf8_len(s_[i]);
+    if (s_[i] == '\'' && (g_.contractions == Grammar::kPrefixCaseSensitive ||
+                          g_.contractions == Grammar::kPrefixCaseInsensitive)) {
+      if (size_t e = contraction(i, g_.contractions == Grammar::kPrefixCaseInsensitive)) return e;
+    }
+    if (size_t e = letters(i, c0, next)) return e;
+    if (size_t e = digits(i)) return e;
+    if (size_t e = punctuation(i)) return e;
+    return spaces(i);
+  }
+
+ private:
+  CharClass cls(size_t i) const {
+    uint8_t b = s_[i];
+    if (b < 0x80) return CharClass(table_[b]);
+    int len;
+    return CharClass(table_[decode_utf8(s_, i, &len)]);
+  }
+  bool in(size_t i, uint32_t set) const { return i < n_ && (bit(cls(i)) & set); }
+  size_t run(size_t i, uint32_t set) const {
+    while (in(i, set)) i += utf8_len(s_[i]);
+    return i;
+  }
+
+  // `'(?:[sdmt]|ll|ve|re)`, optionally under (?i), where s also folds to U+017F (long s).
+  size_t contraction(size_t i, bool fold) const {
+    if (i + 1 >= n_) return 0;
+    uint8_t a = fold ? ascii_lower(s_[i + 1]) : s_[i + 1];
+    if (a == 's' || a == 'd' || a == 'm' || a == 't') return i + 2;
+    if (fold && a == 0xC5 && i + 2 < n_ && s_[i + 2] == 0xBF) return i + 3;
+    if (i + 2 >= n_) return 0;
+    uint8_t b = fold ? ascii_lower(s_[i + 2]) : s_[i + 2];
+    if ((a == 'l' && b == 'l') || (a == 'v' && b == 'e') || (a == 'r' && b == 'e')) return i + 3;
+    return 0;
+  }
+
+  size_t letters(size_t i, CharClass c0, size_t next) const {
+    switch (g_.letters) {
+      case Grammar::kSpacePrefixed: {  // ` ?\p{L}+`
+        size_t j = s_[i] == ' ' ? i + 1 : i;
+        return in(j, kLetters) ? run(j, kLetters) : 0;
+      }
+      case Grammar::kAnyPrefixed:  // `[^\r\n\p{L}\p{N}]?\p{L}+`
+        if (bit(c0) & kLetters) return run(i, kLetters);
+        return (bit(c0) & kPrefix) && in(next, kLetters) ? run(next, kLetters) : 0;
+      case Grammar::kCased:
+        return cased_word(i, c0, next);
+    }
+    return 0;
+  }
+
+  // o200k: `P?U*W+C?|P?U+W*C?` with U = [Lu Lt Lm Lo M], W = [Ll Lm Lo M], C the contractions.
+  // U* backtracks until W+ can start: to the run's end if a W follows it, else to the last
+  // character inside the U-run that is also in W (Lm, Lo, M), which then ends the piece.
+  size_t cased_word(size_t i, CharClass c0, size_t next) const {
+    const bool prefixable = bit(c0) & kPrefix;
+    for (int with_prefix = prefixable; with_prefix >= 0; --with_prefix) {
+      size_t e = with_prefix ? next : i, last_lower_end = 0;
+      while (in(e, kUpper)) {
+        bool lower = bit(cls(e)) & kLower;
+        e += utf8_len(s_[e]);
+        if (lower) last_lower_end = e;
+      }
+      if (in(e, kLower)) return suffix(run(e, kLower));
+      if (last_lower_end) return suffix(last_lower_end);
+    }
+    for (int with_prefix = prefixable; with_prefix >= 0; --with_prefix) {
+      size_t s = with_prefix ? next : i;
+      if (in(s, kUpper)) return suffix(run(run(s, kUpper), kLower));
+    }
+    return 0;
+  }
+  size_t suffix(size_t e) const {
+    if (g_.contractions == Grammar::kSuffixCaseInsensitive && e < n_ && s_[e] == '\'') {
+      if (size_t c = contraction(e, true)) return c;
+    }
+    return e;
+  }
+
+  size_t digits(size_t i) const {
+    size_t j = (g_.digit_space_prefix && s_[i] == ' ') ? i + 1 : i;
+    if (!in(j, bit(kNum))) return 0;
+    if (g_.digit_group == 0) return run(j, bit(kNum));
+    for (int k = 0; k < g_.digit_group && in(j, bit(kNum)); ++k) j += utf8_len(s_[j]);
+    return j;
+  }
+
+  size_t punctuation(size_t i) const {  // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+    size_t j = (g_.punct_space_prefix && s_[i] == ' ') ? i + 1 : i;
+    if (!in(j, kPunct)) return 0;
+    size_t e = run(j, kPunct);
+    if (g_.punct_newlines)
+      while (e < n_ && (s_[e] == '\r' || s_[e] == '\n' || (g_.punct_slash && s_[e] == '/'))) ++e;
+    return e;
+  }
+
+  // `\s+$`, `\s*[\r\n]+`, `\s+(?!\S)`, `\s` in that order, decided by run-level facts: where
+  // the run ends, where its last newline is, and where its last character starts.
+  size_t spaces(size_t i) const {
+    size_t e = i, last_start = i, after_newline = 0;
+    while (in(e, kSpaces)) {
+      last_start = e;
+      if (s_[e] == '\r' || s_[e] == '\n') after_newline = e + 1;
+      e += utf8_len(s_[e]);
+    }
+    if (e == n_ && g_.space_run_to_end) return e;
+    if (after_newline && g_.newline_rule) return after_newline;
+    if (e == n_) return e;
+    return last_start > i ? last_start : e;
+  }
+
+  size_t digit_split_end(size_t i) const {  // Split(`\p{N}{1,3}`, Isolated)
+    if (!in(i, bit(kNum))) {
+      size_t e = i;
+      while (e < n_ && !in(e, bit(kNum))) e += utf8_len(s_[e]);
+      return e;
+    }
+    for (int k = 0; k < 3 && in(i, bit(kNum)); ++k) i += utf8_len(s_[i]);
+    return i;
+  }
+
+  const Grammar& g_;
+  const uint8_t* s_;
+  size_t n_;
+  const uint8_t* table_;
+};
+
+}  // namespace
+
+CharClass char_class(uint32_t cp) { return cp < 0x110000 ? CharClass(class_table()[cp]) : kOther; }
+
+void pretokenize(const Grammar& g, const uint8_t* s, size_t n, std::vector<uint32_t>& ends) {
+  Scanner scanner(g, s, n);
+  for (size_t i = 0; i < n;) {
+    i = scanner.piece_end(i);
+    ends.push_back(uint32_t(i));
+  }
+}
+
+}  // namespace zllm

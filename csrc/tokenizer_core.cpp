@@ -1,0 +1,121 @@
+#include "tokenizer_core.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace zllm {
+
+TokenizerCore::TokenizerCore(BytePairModel model, std::vector<Grammar> grammars, std::vector<Special> specials)
+    : model_(std::move(model)), grammars_(std::move(grammars)), specials_(std::move(specials)) {
+  std::stable_sort(specials_.begin(), specials_.end(),
+                   [](const Special& a, const Special& b) { return a.bytes.size() > b.bytes.size(); });
+  for (uint32_t k = 0; k < specials_.size(); ++k) {
+    special_first_byte_[uint8_t(specials_[k].bytes[0])] = true;
+    special_by_id_.emplace_back(specials_[k].id, k);
+  }
+  std::sort(special_by_id_.begin(), special_by_id_.end());
+}
+
+size_t TokenizerCore::find_special(const uint8_t* s, size_t n, size_t from, size_t* index) const {
+  for (size_t i = from; i < n; ++i) {
+    if (!special_first_byte_[s[i]]) continue;
+    for (size_t k = 0; k < specials_.size(); ++k) {
+      const std::string& b = specials_[k].bytes;
+      if (b.size() <= n - i && std::memcmp(s + i, b.data(), b.size()) == 0) {
+        *index = k;
+        return i;
+      }
+    }
+  }
+  return n;
+}
+
+long TokenizerCore::encode(const uint8_t* s, size_t n, const SpecialPolicy& policy, PieceCache& cache,
+                           std::vector<uint32_t>& out) const {
+  size_t start = 0, from = 0, k = 0;
+  while (!specials_.empty()) {
+    size_t at = find_special(s, n, from, &k);
+    if (at == n) break;
+    if (policy.disallowed[k]) return long(k);
+    if (!policy.allowed[k]) {  // neither: ordinary text, look again one byte on
+      from = at + 1;
+      continue;
+    }
+    encode_ordinary(s + start, at - start, cache, out);
+    out.push_back(specials_[k].id);
+    start = from = at + specials_[k].bytes.size();
+  }
+  encode_ordinary(s + start, n - start, cache, out);
+  return -1;
+}
+
+void TokenizerCore::split(const uint8_t* s, size_t n, std::vector<uint32_t>& ends) const {
+  if (grammars_.empty()) {
+    if (n) ends.push_back(uint32_t(n));
+    return;
+  }
+  pretokenize(grammars_[0], s, n, ends);
+  std::vector<uint32_t> coarse, sub;
+  for (size_t g = 1; g < grammars_.size(); ++g) {
+    coarse.swap(ends);
+    ends.clear();
+    uint32_t begin = 0;
+    for (uint32_t end : coarse) {
+      sub.clear();
+      pretokenize(grammars_[g], s + begin, end - begin, sub);
+      for (uint32_t e : sub) ends.push_back(begin + e);
+      begin = end;
+    }
+  }
+}
+
+void TokenizerCore::encode_ordinary(const uint8_t* s, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const {
+  thread_local std::vector<uint32_t> ends;
+  ends.clear();
+  split(s, n, ends);
+  uint32_t begin = 0;
+  for (uint32_t end : ends) {
+    encode_piece(s + begin, end - begin, cache, out);
+    begin = end;
+  }
+}
+
+void TokenizerCore::encode_piece(const uint8_t* p, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const {
+  if (n == 1) return model_.merge(p, n, out);
+  uint64_t h = hash_bytes(p, n);
+  if (model_.whole_piece_first()) {
+    int64_t id = model_.whole(p, n, h);
+    if (id >= 0) return out.push_back(uint32_t(id));
+  }
+  if (cache.find(p, n, h, out)) return;
+  size_t before = out.size();
+  model_.merge(p, n, out);
+  cache.insert(p, n, h, out.data() + before, out.size() - before);
+}
+
+bool TokenizerCore::append_token_bytes(uint32_t id, std::string& out) const {
+  if (model_.has(id)) {
+    const auto& off = model_.offsets();
+    out.append(model_.arena(), off[id], off[id + 1] - off[id]);
+    return true;
+  }
+  auto it = std::lower_bound(special_by_id_.begin(), special_by_id_.end(), std::make_pair(id, 0u));
+  if (it == special_by_id_.end() || it->first != id) return false;
+  out += specials_[it->second].bytes;
+  return true;
+}
+
+std::unique_ptr<PieceCache> TokenizerCore::acquire_cache() {
+  std::lock_guard<std::mutex> lock(caches_mu_);
+  if (caches_.empty()) return std::make_unique<PieceCache>();
+  auto c = std::move(caches_.back());
+  caches_.pop_back();
+  return c;
+}
+
+void TokenizerCore::release_cache(std::unique_ptr<PieceCache> cache) {
+  std::lock_guard<std::mutex> lock(caches_mu_);
+  caches_.push_back(std::move(cache));
+}
+
+}  // namespace zllm

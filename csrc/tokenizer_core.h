@@ -1,0 +1,59 @@
+// The native tokenizer: special-token splitting (tiktoken's allowed/disallowed semantics),
+// the pre-tokenizer grammars in sequence (a Hugging Face Sequence of Splits refines pieces
+// left to right), and cached byte-pair merging. No Python here; bindings live apart.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bpe.h"
+#include "piece_cache.h"
+#include "pretokenizer.h"
+
+namespace zllm {
+
+// Which specials a call may encode as specials, and which ones it must refuse to see.
+struct SpecialPolicy {
+  std::vector<uint8_t> allowed, disallowed;  // indexed like TokenizerCore's specials
+};
+
+struct Special {
+  std::string bytes;
+  uint32_t id;
+};
+
+class TokenizerCore {
+ public:
+  TokenizerCore(BytePairModel model, std::vector<Grammar> grammars, std::vector<Special> specials);
+
+  // Appends the ids of s[0, n). Returns -1, or the index of a disallowed special found.
+  long encode(const uint8_t* s, size_t n, const SpecialPolicy& policy, PieceCache& cache,
+              std::vector<uint32_t>& out) const;
+  // Pieces of ordinary text (no special splitting), as end offsets relative to s.
+  void split(const uint8_t* s, size_t n, std::vector<uint32_t>& ends) const;
+  bool append_token_bytes(uint32_t id, std::string& out) const;
+
+  std::unique_ptr<PieceCache> acquire_cache();
+  void release_cache(std::unique_ptr<PieceCache> cache);
+
+  const std::vector<Special>& specials() const { return specials_; }
+  const BytePairModel& model() const { return model_; }
+
+ private:
+  size_t find_special(const uint8_t* s, size_t n, size_t from, size_t* index) const;
+  void encode_ordinary(const uint8_t* s, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const;
+  void encode_piece(const uint8_t* p, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const;
+
+  BytePairModel model_;
+  std::vector<Grammar> grammars_;
+  std::vector<Special> specials_;      // longest first, so a match at a position is the longest
+  bool special_first_byte_[256] = {};
+  std::vector<std::pair<uint32_t, uint32_t>> special_by_id_;  // (id, index) sorted by id
+  std::mutex caches_mu_;
+  std::vector<std::unique_ptr<PieceCache>> caches_;
+};
+
+}  // namespace zllm

@@ -1,0 +1,52 @@
+import collections
+import math
+
+import torch
+
+from zllm_core.engine.sampler import sample
+from zllm_core.engine.sampling_params import SamplingParams
+from zllm_core.engine.sequence import Sequence
+
+
+def seq(**params) -> Sequence:
+    s = Sequence("s", [1], 1, SamplingParams(**params), 0)
+    if s.params.seed is not None:
+        s.generator = torch.Generator().manual_seed(s.params.seed)
+    return s
+
+
+LOGITS = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]]))
+
+
+def frequencies(n=4000, **params):
+    s = seq(**params)
+    counts = collections.Counter(sample(LOGITS.clone(), [s])[0] for _ in range(n))
+    return [counts[i] / n for i in range(4)]
+
+
+def test_temperature_one_samples_the_distribution():
+    for got, want in zip(frequencies(), [0.1, 0.2, 0.3, 0.4]):
+        assert math.isclose(got, want, abs_tol=0.03)
+
+
+def test_top_k_keeps_the_k_most_likely():
+    f = frequencies(top_k=2)
+    assert f[0] == f[1] == 0 and math.isclose(f[3], 0.4 / 0.7, abs_tol=0.03)
+
+
+def test_top_p_keeps_the_smallest_nucleus_reaching_p():
+    f = frequencies(top_p=0.65)  # 0.4 + 0.3 reaches it; 0.4 alone does not
+    assert f[0] == f[1] == 0 and f[2] > 0
+
+
+def test_greedy_rows_and_hooks_in_one_batch():
+    def forbid_best(tokens, row):
+        row[3] = float("-inf")
+    rows = LOGITS.repeat(2, 1)
+    assert sample(rows, [seq(temperature=0.0), seq(temperature=0.0, logits_hook=forbid_best)]) == [3, 2]
+
+
+def test_per_request_seed_fixes_the_draws():
+    a, b = seq(seed=5), seq(seed=5)
+    draws = [sample(LOGITS.repeat(2, 1), [a, b]) for _ in range(20)]
+    assert all(x == y for x, y in draws)

@@ -1,0 +1,58 @@
+"""The class rules alone (no BPE) reproduce the reference regex's pieces exactly."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+
+from tests.tokenizer.conftest import report
+from tests.tokenizer.references import regex_pieces
+from tests.tokenizer.strategies import mixed_text
+from zllm_core import _native
+from zllm_core.tokenizer.rules import CL100K_PATTERN, ONIG_PATTERNS, PATTERNS, Rules
+from zllm_core.tokenizer.tokenizer import Tokenizer
+from zllm_core.tokenizer.vocabulary import Vocabulary
+
+# Oniguruma reads `{1,3}+` as a repetition, so tiktoken's possessive digit group is spelt as
+# an atomic group to make Oniguruma a reference for the tiktoken reading too.
+CASES = [(p, r, p.replace(r"\p{N}{1,3}+", r"(?>\p{N}{1,3})") if p == CL100K_PATTERN else p)
+         for p, r in PATTERNS.items()]
+CASES += [(CL100K_PATTERN, ONIG_PATTERNS[CL100K_PATTERN], CL100K_PATTERN)]
+IDS = [f"{r.name}-{k}" for k, (_, r, _) in enumerate(CASES)]
+
+
+def splitter(rules: Rules) -> Tokenizer:
+    """A tokenizer whose pieces come from `rules` alone (byte tokens only)."""
+    return Tokenizer(Vocabulary(rules.name, [bytes([b]) for b in range(256)], [], True, (rules,), {}))
+
+
+@pytest.mark.parametrize(("pattern", "rules", "reference"), CASES, ids=IDS)
+def test_rules_reproduce_regex_pieces_on_corpora(pattern, rules, reference, documents, capsys):
+    tok = splitter(rules)
+    chars = pieces = 0
+    for name, docs in documents.items():
+        for doc in docs:
+            expected = regex_pieces(reference, doc)
+            assert tok.pieces(doc) == expected, f"{rules.name} pieces deviate on a {name} document"
+            chars += len(doc)
+            pieces += len(expected)
+    report(capsys, f"{rules.name} rules: {chars:,} characters, {pieces:,} pieces identical to the regex")
+
+
+@pytest.mark.parametrize(("pattern", "rules", "reference"), CASES, ids=IDS)
+def test_rules_reproduce_regex_pieces_on_mixed_text(pattern, rules, reference):
+    tok = splitter(rules)
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(mixed_text)
+    def check(text):
+        assert tok.pieces(text) == regex_pieces(reference, text)
+
+    check()
+
+
+def test_every_supported_family_is_exact():
+    assert all(r.exact for r in ONIG_PATTERNS.values())
+
+
+def test_char_classes_expose_one_class_per_code_point():
+    assert list(_native.char_classes("aA1 \n\r.é\u0301ǅ")) == [2, 1, 7, 8, 10, 9, 0, 2, 6, 3]

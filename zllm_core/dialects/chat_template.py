@@ -1,0 +1,134 @@
+"""Hugging Face Jinja chat templates, rendered the way `transformers` renders them.
+
+Templates are untrusted model-repository code, so they run in Jinja's immutable sandbox with
+exactly the helpers HF provides (trim_blocks/lstrip_blocks, its `tojson`, `raise_exception`,
+`strftime_now`, a namespace that refuses dunder names, `{% generation %}` blocks). One deliberate
+difference: tool-call arguments print back the exact JSON text they were parsed from (HF would
+re-serialize them), so a model's own tool call re-enters the next prompt byte for byte.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .conversation import FunctionTool, Message
+from .dialect import ToolDialect
+from .json_args import hf_tojson
+
+PACKAGED = Path(__file__).resolve().parent / "templates"  # official templates shipped as package data
+_SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
+
+
+class _GenerationBlock(jinja2.ext.Extension):
+    """`{% generation %}...{% endgeneration %}` marks assistant text for training masks; render its body."""
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+    def _body(self, caller: Any) -> str:
+        return caller()
+
+
+class _Namespace(jinja2.utils.Namespace):
+    def __init__(*args: Any, **kwargs: Any):  # noqa: N805 - Jinja's signature trick for `self=`
+        self, attrs = args[0], dict(*args[1:], **kwargs)
+        for name in attrs:
+            _check_name(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _check_name(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+
+def _check_name(name: Any) -> None:
+    if isinstance(name, str) and name.startswith("_"):
+        raise jinja2.exceptions.SecurityError(f"templates may not set underscore attributes ({name!r})")
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols, _GenerationBlock])
+    env.filters["tojson"] = hf_tojson
+    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now,
+                       namespace=_Namespace, dict=dict)
+    return env
+
+
+_ENV = _environment()
+
+
+class ChatTemplate:
+    def __init__(self, source: str, dialect: ToolDialect, special_tokens: Mapping[str, str] | None = None):
+        self.source = source
+        self.dialect = dialect
+        self._template = _ENV.from_string(source)
+        self._special_tokens = dict(special_tokens or {})
+
+    @classmethod
+    def from_model_dir(cls, path: str | Path, dialect: ToolDialect | None = None,
+                       name: str | None = None) -> "ChatTemplate":
+        """`chat_template.jinja`, else `chat_template` in tokenizer_config.json (text, or a list of
+        named templates: `name`, else "default")."""
+        from .selection import dialect_for  # selection reads templates too: import late
+        path = Path(path)
+        config = _read_json(path / "tokenizer_config.json")
+        source = read_template(path, name)
+        if source is None:
+            raise FileNotFoundError(f"no chat template in {path}")
+        return cls(source, dialect or dialect_for(path), special_tokens(config))
+
+    def render(self, messages: Sequence[Message], tools: Sequence[FunctionTool] = (),
+               add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
+        context = {**self._special_tokens, **template_kwargs}
+        return self._template.render(
+            messages=[self.dialect.template_message(m) for m in messages],
+            tools=[t.openai_dict() for t in tools] or None,
+            add_generation_prompt=add_generation_prompt,
+            **context,
+        )
+
+
+def read_template(path: Path, name: str | None = None) -> str | None:
+    jinja_file = path / "chat_template.jinja"
+    if jinja_file.is_file():
+        return jinja_file.read_text(encoding="utf-8")
+    template = _read_json(path / "tokenizer_config.json").get("chat_template")
+    if isinstance(template, list):
+        named = {t["name"]: t["template"] for t in template}
+        return named.get(name or "default")
+    return template
+
+
+def special_tokens(config: Mapping[str, Any]) -> dict[str, str]:
+    """Special tokens as templates see them (tokenizer_config stores some as {"content": ...})."""
+    out = {}
+    for key in _SPECIAL_TOKENS:
+        value = config.get(key)
+        if isinstance(value, Mapping):
+            value = value.get("content")
+        if isinstance(value, str):
+            out[key] = value
+    return out
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}

@@ -1,0 +1,56 @@
+"""Finding a dialect's tags in streamed text without ever releasing half a tag.
+
+A `Markers` set knows every spelling it accepts for each tag (the canonical one, other letter
+case, escaped forms). `scan` reports the earliest tag in the text, or else how much of the text
+is safe to release: a tail that could still grow into a tag is held until it is decided.
+Only that tail (shorter than the longest spelling) is ever re-examined, so a feed costs O(delta).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+
+@dataclass(frozen=True)
+class Match:
+    tag: str        # canonical spelling of the tag found
+    start: int
+    end: int
+    repair: str | None  # None if spelled canonically, else "case" or "escaped_tag"
+
+
+def escaped_spellings(tag: str) -> list[str]:
+    """HTML-escaped spelling of a tag (`&lt;tool_call&gt;`), which some models produce."""
+    escaped = tag.replace("<", "&lt;").replace(">", "&gt;")
+    return [escaped] if escaped != tag else []
+
+
+class Markers:
+    def __init__(self, spellings: dict[str, Iterable[str]]):
+        """`spellings` maps each canonical tag to its extra accepted spellings."""
+        self._canonical: dict[str, str] = {}
+        for tag, extra in spellings.items():
+            for spelling in (tag, *extra):
+                self._canonical.setdefault(spelling.lower(), tag)
+        ordered = sorted(self._canonical, key=len, reverse=True)  # longest wins at one position
+        self._find = re.compile("|".join(map(re.escape, ordered)), re.IGNORECASE)
+        prefixes = {s[:n] for s in ordered for n in range(1, len(s))}
+        by_length = sorted(prefixes, key=len, reverse=True)
+        self._partial = re.compile("(?:" + "|".join(map(re.escape, by_length)) + r")\Z", re.IGNORECASE) \
+            if by_length else None
+        self._longest = max(map(len, ordered))
+
+    def scan(self, text: str, final: bool) -> tuple[int, Match | None]:
+        """(length of text safe to release before any tag, the earliest tag or None)."""
+        found = self._find.search(text)
+        if found:
+            spelled = found.group()
+            tag = self._canonical[spelled.lower()]
+            repair = None if spelled == tag else "case" if spelled.lower() == tag.lower() else "escaped_tag"
+            return found.start(), Match(tag, found.start(), found.end(), repair)
+        if final or self._partial is None:
+            return len(text), None
+        window = max(0, len(text) - self._longest + 1)
+        held = self._partial.search(text, window)
+        return (held.start() if held else len(text)), None

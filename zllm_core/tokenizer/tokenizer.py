@@ -1,0 +1,120 @@
+"""Tokenizer: exact byte-level BPE with tiktoken's special-token semantics, native hot path."""
+from __future__ import annotations
+
+import json
+import os
+import unicodedata
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import AbstractSet, Literal
+
+from zllm_core import _native
+from zllm_core.tokenizer.hf_json import load_tokenizer_json
+from zllm_core.tokenizer.rules import Rules, UnsupportedTokenizer
+from zllm_core.tokenizer.vocabulary import Vocabulary, load_family
+
+SpecialSet = AbstractSet[str] | Literal["all"]
+
+
+class Tokenizer:
+    """encode/decode like tiktoken's Encoding, for tiktoken families and tokenizer.json files."""
+
+    def __init__(self, vocab: Vocabulary):
+        self.name = vocab.name
+        self.rules: tuple[Rules, ...] = vocab.rules
+        self.special_tokens: dict[str, int] = dict(vocab.special_tokens)
+        self.vocab_size: int = max(len(vocab.tokens), max(self.special_tokens.values(), default=-1) + 1)
+        self._normalizer = vocab.normalizer
+        self._core = _native.TokenizerCore(
+            tokens=vocab.tokens,
+            merges=vocab.merges,
+            whole_piece_first=vocab.whole_piece_first,
+            grammars=[r.to_native() for r in vocab.rules],
+            specials=[(s.encode(), i) for s, i in self.special_tokens.items()],
+        )
+        id_to_special = {i: s for s, i in self.special_tokens.items()}
+        self._special_order = [id_to_special[i] for i in self._core.special_order()]
+        self._policies: dict[tuple[frozenset, frozenset], _native.SpecialPolicy] = {}
+
+    # ---- constructors
+    @classmethod
+    def from_family(cls, name: str, vocab_dir: str | os.PathLike | None = None) -> "Tokenizer":
+        return cls(load_family(name, vocab_dir))
+
+    @classmethod
+    def from_tokenizer_json(cls, path: str | os.PathLike) -> "Tokenizer":
+        return cls(load_tokenizer_json(path))
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | os.PathLike, vocab_dir: str | os.PathLike | None = None) -> "Tokenizer":
+        """tokenizer.json if present, else tokenizer_config.json's "zllm_tokenizer_family"."""
+        model_dir = Path(model_dir)
+        if (model_dir / "tokenizer.json").is_file():
+            return cls.from_tokenizer_json(model_dir / "tokenizer.json")
+        config = model_dir / "tokenizer_config.json"
+        family = json.loads(config.read_text()).get("zllm_tokenizer_family") if config.is_file() else None
+        if not family:
+            raise UnsupportedTokenizer(f"{model_dir}: no tokenizer.json and no tokenizer_config.json "
+                                       '"zllm_tokenizer_family"')
+        return cls.from_family(family, vocab_dir)
+
+    # ---- encoding
+    def encode(self, text: str, *, allowed_special: SpecialSet = frozenset(),
+               disallowed_special: SpecialSet = "all") -> list[int]:
+        policy = self._policy(allowed_special, disallowed_special)
+        return self._core.encode(self._prepare(text), policy)
+
+    def count(self, text: str, *, allowed_special: SpecialSet = frozenset(),
+              disallowed_special: SpecialSet = "all") -> int:
+        policy = self._policy(allowed_special, disallowed_special)
+        return self._core.count(self._prepare(text), policy)
+
+    def encode_batch(self, texts: Sequence[str], *, allowed_special: SpecialSet = frozenset(),
+                     disallowed_special: SpecialSet = "all", num_threads: int | None = None) -> list[list[int]]:
+        policy = self._policy(allowed_special, disallowed_special)
+        prepared = [self._prepare(t) for t in texts]
+        return self._core.encode_batch(prepared, policy, num_threads or os.cpu_count() or 1)
+
+    def pieces(self, text: str) -> list[str]:
+        """The pre-tokenizer's pieces of ordinary text (special strings are not split out)."""
+        return self._core.split(self._prepare(text))
+
+    # ---- decoding
+    def decode_bytes(self, ids: Collection[int]) -> bytes:
+        return self._core.decode_bytes(list(ids))
+
+    def decode(self, ids: Collection[int], errors: str = "replace") -> str:
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self._core.decode_bytes([token_id])
+
+    # ---- internals
+    def _prepare(self, text: str) -> str:
+        """Repairs lone surrogates as tiktoken does (a pair becomes its character, a lone one
+        U+FFFD) and applies the normalizer. Both are no-ops for almost every text."""
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+            if self._normalizer == "NFC":
+                text = unicodedata.normalize("NFC", text)
+        return text
+
+    def _policy(self, allowed: SpecialSet, disallowed: SpecialSet) -> _native.SpecialPolicy:
+        allowed_set = frozenset(self.special_tokens) if allowed == "all" else frozenset(allowed)
+        disallowed_set = (frozenset(self.special_tokens) - allowed_set if disallowed == "all"
+                          else frozenset(disallowed))
+        key = (allowed_set, disallowed_set)
+        policy = self._policies.get(key)
+        if policy is None:
+            if len(self._policies) > 64:
+                self._policies.clear()
+            policy = _native.SpecialPolicy([s in allowed_set for s in self._special_order],
+                                           [s in disallowed_set for s in self._special_order])
+            self._policies[key] = policy
+        return policy
+
+    def __repr__(self) -> str:
+        return f"Tokenizer({self.name!r}, vocab_size={self.vocab_size}, rules={[r.name for r in self.rules]})"
