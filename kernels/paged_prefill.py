@@ -24,12 +24,12 @@ def _prefill_kernel(
     stride_vb, stride_vs, stride_vh,
     stride_table, stride_ot, stride_oh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, TILE_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     seq = tl.program_id(0)
     tile_q = tl.program_id(1)
     kv_head = tl.program_id(2)
-    TILE_TOKENS: tl.constexpr = BLOCK_M // GROUP
     q_start = tl.load(query_start_ptr + seq)
     q_len = tl.load(query_start_ptr + seq + 1) - q_start
     first = tile_q * TILE_TOKENS
@@ -85,14 +85,15 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     # Two K/V tiles per pipeline stage must fit shared memory: narrower tiles for fp32 at 128.
     block_n = 64 if head_dim * q.element_size() <= 256 else 32
     batch = seq_lens.shape[0]
-    grid = (batch, triton.cdiv(max_query_len, block_m // group), num_kv_heads)
+    tile_tokens = block_m // group  # new tokens per program: their query heads fill the rows
+    grid = (batch, triton.cdiv(max_query_len, tile_tokens), num_kv_heads)
     _prefill_kernel[grid](
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out, scale * LOG2E,
         q.stride(0), q.stride(1),
         *k_cache.stride()[:3], *v_cache.stride()[:3],
         block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim), PAGE=page,
-        BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=dot_precision(k_cache.dtype),
+        BLOCK_M=block_m, TILE_TOKENS=tile_tokens, BLOCK_N=block_n, DOT_PRECISION=dot_precision(k_cache.dtype),
         UPCAST=dot_upcast(k_cache.dtype),
         num_warps=4, num_stages=2,
     )

@@ -25,8 +25,10 @@ def dot_upcast(dtype: torch.dtype) -> bool:
 def mma(a, b, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     """``a @ b`` with fp32 accumulation (see ``dot_upcast`` for UPCAST)."""
     if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    return tl.dot(a, b, input_precision=DOT_PRECISION)
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        c = tl.dot(a, b, input_precision=DOT_PRECISION)
+    return c
 
 
 @triton.jit
@@ -68,10 +70,9 @@ def attend_tile(acc, m, l, q, q_pos, tile, kv_end, k_ptr, v_ptr, table_row, kv_h
     k = load_kv_tile(k_ptr, table_row, pos, valid, kv_head, d, d_mask,
                      stride_kb, stride_ks, stride_kh, PAGE)
     s = mma(q, tl.trans(k), DOT_PRECISION, UPCAST) * scale_log2
-    visible = valid[None, :]
+    s = tl.where(valid[None, :], s, float("-inf"))
     if CAUSAL:
-        visible = visible & (pos[None, :] <= q_pos[:, None])
-    s = tl.where(visible, s, float("-inf"))
+        s = tl.where(pos[None, :] <= q_pos[:, None], s, float("-inf"))
     v = load_kv_tile(v_ptr, table_row, pos, valid, kv_head, d, d_mask,
                      stride_vb, stride_vs, stride_vh, PAGE)
     return online_softmax_step(acc, m, l, s, v, DOT_PRECISION, UPCAST)
