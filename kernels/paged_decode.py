@@ -16,6 +16,7 @@ import triton.language as tl
 
 from .paged_tile import LOG2E, attend_tile, dot_precision, dot_upcast
 
+
 @dataclass(frozen=True)
 class DecodeSplit:
     """How pass 1 cuts each context: ``split_len`` tokens per program, ``num_splits`` programs."""
