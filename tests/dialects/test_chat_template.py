@@ -6,7 +6,8 @@ import json
 import jinja2
 import pytest
 
-from zllm_core.dialects import ChatTemplate, FunctionTool, Message, ToolCall, dialect_for, dialect_named
+from zllm_core.dialects import (ChatTemplate, DsmlPrompt, FunctionTool, Message, ToolCall, dialect_for, dialect_named,
+                                prompt_for)
 
 from .sample import TEMPLATES
 
@@ -109,3 +110,20 @@ def test_explicit_dialect_wins_and_unknown_is_an_error():
         dialect_for({"model_type": "mystery"})
     with pytest.raises(ValueError):
         dialect_named("klingon")
+
+
+def test_developer_turns_become_system_turns_for_templates_without_that_role():
+    chat = ChatTemplate((TEMPLATES / "qwen3.jinja").read_text(), dialect_named("hermes"))
+    prompt = chat.render([Message("user", "hi"), Message("developer", "Be brief.")], None)
+    assert "<|im_start|>system\nBe brief.<|im_end|>" in prompt
+
+
+def test_prompt_for_uses_the_dsml_encoder_when_a_deepseek_model_ships_no_template(tmp_path):
+    prompt = prompt_for(model_dir(tmp_path, {"model_type": "deepseek_v32"}))
+    assert isinstance(prompt, DsmlPrompt)
+    assert prompt.render(USER, enable_thinking=False).endswith("<｜User｜>hi<｜Assistant｜></think>")
+
+
+def test_prompt_for_uses_the_chat_template_otherwise(tmp_path):
+    path = model_dir(tmp_path, {"model_type": "qwen3"}, jinja=(TEMPLATES / "qwen3.jinja").read_text())
+    assert prompt_for(path).render(USER) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"

@@ -166,3 +166,27 @@ def test_packaged_qwen3_template_is_the_vendored_one():
     from importlib.resources import files
     packaged = files("zllm_core.dialects").joinpath("templates/qwen3.jinja").read_text(encoding="utf-8")
     assert packaged == (TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8")
+
+
+def test_glm47_clear_thinking_false_extends_the_prompt_across_user_turns():
+    chat, dialect = template("glm47.jinja"), dialect_named("glm47")
+    before = chat.render(CONVERSATION[:5], TOOLS, clear_thinking=False)
+    output = dialect.render_output(CONVERSATION[5], dialect.starts_in_reasoning(before))
+    assert chat.render(CONVERSATION[:7], TOOLS, clear_thinking=False).startswith(before + output)
+
+
+def test_qwen3_without_thinking_forks_at_each_earlier_assistant_turn():
+    chat, dialect = template("qwen3.jinja"), dialect_named("hermes")
+    turn = Message("assistant", "", None, CONVERSATION[2].tool_calls)
+    before = chat.render(CONVERSATION[:2], TOOLS, enable_thinking=False)
+    after = chat.render([*CONVERSATION[:2], turn, *CONVERSATION[3:5]], TOOLS, enable_thinking=False)
+    assert before.endswith("<think>\n\n</think>\n\n")
+    assert not after.startswith(before)
+    assert after.startswith(before.removesuffix("<think>\n\n</think>\n\n") + dialect.render_output(turn))
+
+
+def test_dsml_new_user_turn_flips_the_previous_user_suffix():
+    first = DsmlPrompt().render(CONVERSATION[:2], TOOLS)
+    assert first.endswith("<｜User｜>List the repo and read setup.py.<｜Assistant｜><think>")
+    later = DsmlPrompt().render(CONVERSATION, TOOLS)
+    assert "<｜User｜>List the repo and read setup.py.<｜Assistant｜></think>" in later

@@ -46,6 +46,12 @@ def test_garbage_never_raises(text):
         dialect_named(name).parse(text, SCOPE, (), not in_reasoning)
 
 
+def test_unicode_case_folding_in_tags_is_a_repair_not_a_crash():
+    parsed = dialect_named("hermes").parse("<thİnk>\nhm\n</THİNK>\n\nok", SCOPE)
+    assert (parsed.reasoning, parsed.content) == ("hm", "ok")
+    assert [r.kind for r in parsed.repairs] == ["case", "case"]
+
+
 def test_invalid_json_in_a_non_string_parameter_is_an_error():
     cases = {
         "hermes": '<tool_call>\n{"name": "read_file", "arguments": {"path": "a", "limit": 4O}}\n</tool_call>',
@@ -75,6 +81,13 @@ def test_tolerated_spellings_are_repaired_and_counted():
     assert parser.repairs == {"stray_closing_tag": 1, "case": 1, "escaped_tag": 1}
     assert [e.name for e in events if isinstance(e, ToolCallStart)] == ["list_dir"]
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hi "
+
+
+def test_escaped_tags_in_prose_stay_prose():
+    text = "Wrap calls in &lt;tool_call&gt; tags."
+    for name in ("hermes", "glm45"):
+        parsed = dialect_named(name).parse(text, SCOPE, TOOLS)
+        assert (parsed.content, parsed.tool_calls, parsed.repairs) == (text, [], [])
 
 
 def test_dsml_ascii_bar_and_missing_opener_are_repaired():

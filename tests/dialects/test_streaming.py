@@ -1,6 +1,8 @@
 """Streaming: any split of the text gives the events of the whole text; no tag ever leaks."""
 from __future__ import annotations
 
+import codecs
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,7 +13,7 @@ from .sample import TOOLS
 from .strategies import SCOPE, coalesce, tool_turns
 
 MODES = [("hermes", False), ("hermes", True), ("glm45", False), ("glm47", True), ("dsml", True), ("dsml", False)]
-HAIRY = Message("assistant", "Checking a < b && c </ d.\nThen:", "Think <b>hard</b>\nabout </thinking> it", (
+HAIRY = Message("assistant", "Checking a < b && c </ d (名前).\nThen:", "Think <b>hard</b>\nabout </thinking> it", (
     ToolCall(tool_call_id(SCOPE, 0, "read_file"), "read_file",
              '{"path": "x</tool_call></arg_value></｜DSML｜parameter>\\n", "limit": 3}'),
     ToolCall(tool_call_id(SCOPE, 1, "run"), "run", '{"cmd": ["echo", "<tool_call>"], "env": {"A": "</"}}'),
@@ -48,6 +50,17 @@ def test_every_split_point_gives_the_same_events():
         for cut in range(len(text) + 1):
             assert pieces(name, in_reasoning, [text[:cut], text[cut:]]) == expected, (name, cut)
         assert pieces(name, in_reasoning, list(text)) == expected
+
+
+def test_every_byte_boundary_through_an_incremental_utf8_decoder():
+    """Detokenizers release bytes; text deltas come from an incremental decoder, split anywhere."""
+    for name, in_reasoning in (("dsml", True), ("glm47", True)):
+        data = dialect_named(name).render_output(HAIRY, in_reasoning).encode()
+        expected = whole(name, in_reasoning, data.decode())
+        for cut in range(len(data) + 1):
+            decoder = codecs.getincrementaldecoder("utf-8")()
+            chunks = [decoder.decode(data[:cut]), decoder.decode(data[cut:], final=True)]
+            assert pieces(name, in_reasoning, chunks) == expected
 
 
 @settings(max_examples=60, deadline=None)

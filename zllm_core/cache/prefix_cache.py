@@ -123,13 +123,13 @@ class PrefixCache:
     def _match_longest(self, tokens, request: CacheRequest, usable: int):
         keys = self.keys(tokens[:usable * self.block_size], request.scope)
         blocks = self.index.lookup(keys)
-        parent = None
-        for session in self.sessions.recent(request.scope):
-            shared = self._shared_with(session, tokens, keys)
-            if parent is None and shared >= len(blocks) * self.block_size and blocks:
-                parent = session
-            self._check_near_miss(tokens, session, shared)
-        return keys, blocks, ("longest_prefix" if blocks else "cold"), parent
+        # The resident session sharing the most is this request's parent, and the one a
+        # fork would be diagnosed against.
+        shared, parent = max(((self._shared_with(s, tokens, keys), s) for s in self.sessions.recent(request.scope)),
+                             key=lambda pair: pair[0], default=(0, None))
+        if parent is not None:
+            self._check_near_miss(tokens, parent, shared)
+        return keys, blocks, ("longest_prefix" if blocks else "cold"), parent if blocks else None
 
     def _shared_with(self, session: TerminalSession, tokens, keys: list[bytes]) -> int:
         """Tokens shared with a session: equal chain keys imply equal prefixes, so bisect."""

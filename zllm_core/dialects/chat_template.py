@@ -9,6 +9,7 @@ re-serialize them), so a model's own tool call re-enters the next prompt byte fo
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -82,6 +83,8 @@ class ChatTemplate:
         self.dialect = dialect
         self._template = _ENV.from_string(source)
         self._special_tokens = dict(special_tokens or {})
+        # Templates that predate the developer role skip it silently; for them it is a system turn.
+        self._developer_role = "developer" in source
 
     @classmethod
     def from_model_dir(cls, path: str | Path, dialect: ToolDialect | None = None,
@@ -96,12 +99,14 @@ class ChatTemplate:
             raise FileNotFoundError(f"no chat template in {path}")
         return cls(source, dialect or dialect_for(path), special_tokens(config))
 
-    def render(self, messages: Sequence[Message], tools: Sequence[FunctionTool] = (),
+    def render(self, messages: Sequence[Message], tools: Sequence[FunctionTool] | None = (),
                add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
         context = {**self._special_tokens, **template_kwargs}
+        if not self._developer_role:
+            messages = [replace(m, role="system") if m.role == "developer" else m for m in messages]
         return self._template.render(
             messages=[self.dialect.template_message(m) for m in messages],
-            tools=[t.openai_dict() for t in tools] or None,
+            tools=[t.openai_dict() for t in tools or ()] or None,
             add_generation_prompt=add_generation_prompt,
             **context,
         )

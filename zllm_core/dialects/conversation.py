@@ -6,6 +6,7 @@ spelling, which forks the prompt at the tool call.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
@@ -52,3 +53,30 @@ class FunctionTool:
         prop = self.parameters.get("properties", {}).get(key)
         kind = prop.get("type") if isinstance(prop, Mapping) else None
         return kind if isinstance(kind, str) else None
+
+
+def arguments_text(value: Any, remembered: str | None = None) -> str:
+    """Argument text for a call a client returned as an object (Anthropic `input`, not a string).
+
+    `remembered` is the text the call had when we emitted it (e.g. looked up by call id): it is kept
+    while it still says exactly the same, so the call re-renders byte for byte; otherwise the object
+    is serialized the way the dialects' parsers write arguments.
+    """
+    if remembered is not None:
+        try:
+            if _same_json(json.loads(remembered), value):
+                return remembered
+        except ValueError:
+            pass
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON documents (Python's == also equates 1, 1.0 and True)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same_json, a, b))
+    return a == b

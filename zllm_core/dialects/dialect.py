@@ -40,7 +40,7 @@ class ToolDialect(ABC):
 
     parser_class: type[StreamParser]
 
-    def stream_parser(self, scope: str, tools: Sequence[FunctionTool] = (),
+    def stream_parser(self, scope: str, tools: Sequence[FunctionTool] | None = (),
                       in_reasoning: bool = False) -> StreamParser:
         """A parser for one generation; `scope` (e.g. the request id) seeds its tool-call ids."""
         return self.parser_class(scope, tools, in_reasoning)
@@ -53,7 +53,7 @@ class ToolDialect(ABC):
         """The spelling of a non-string argument's JSON text in this dialect's output."""
         return raw
 
-    def parse(self, text: str, scope: str, tools: Sequence[FunctionTool] = (),
+    def parse(self, text: str, scope: str, tools: Sequence[FunctionTool] | None = (),
               in_reasoning: bool = False) -> ParsedOutput:
         parser = self.stream_parser(scope, tools, in_reasoning)
         return ParsedOutput.fold([*parser.feed(text), *parser.finish()])

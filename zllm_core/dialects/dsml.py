@@ -15,10 +15,10 @@ from .dialect import ToolDialect
 from .json_args import split_members, to_json
 from .param_values import ParamParser, StringSafety
 from .scanner import Markers, escaped_spellings
+from .stream import THINK_CLOSE, THINK_OPEN
 
 DSML = "｜DSML｜"
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALLS_OPEN, CALLS_CLOSE = f"<{DSML}function_calls>", f"</{DSML}function_calls>"
 CALLS_START = "\n\n" + CALLS_OPEN  # the blank line belongs to the block, not to the text before it
 INVOKE_OPEN, INVOKE_CLOSE = f"<{DSML}invoke", f"</{DSML}invoke>"
@@ -89,46 +89,34 @@ class DsmlParser(ParamParser):
     def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
         super().__init__(scope, tools, in_reasoning)
         self._attrs = ""
+        to_block, to_done = self._go(self._block_state), self._go(self._done_state)
+        self._content_actions = {CALLS_START: to_block, CALLS_OPEN: self._calls_without_blank_line,
+                                 INVOKE_OPEN: self._invoke_without_opener, THINK_OPEN: self._think_open,
+                                 EOS: to_done}
+        self._block_actions = {INVOKE_OPEN: self._open_invoke, CALLS_CLOSE: self._go(self._after_state),
+                               EOS: self._eos_in_block}
+        self._after_actions = {EOS: to_done, CALLS_START: to_block, CALLS_OPEN: to_block}
 
     def _end_reasoning(self, tag: str) -> None:
         self._state = self._done_state if tag == EOS else self._content_state
 
     def _content_state(self) -> bool:
-        text, tag = self._scan(_CONTENT)
-        self.content.write(text)
-        if tag is None:
-            return False
-        if tag.tag in (CALLS_START, CALLS_OPEN):
-            if tag.tag == CALLS_OPEN:
-                self._repair("layout", "tool calls not preceded by a blank line")
-            self._state = self._block_state
-        elif tag.tag == INVOKE_OPEN:
-            self._repair("missing_opener", f"{CALLS_OPEN!r} missing before {INVOKE_OPEN!r}")
-            self._open_invoke()
-        elif tag.tag == THINK_OPEN:
-            self._think_tag(tag.tag)
-        elif tag.tag == EOS:
-            self._state = self._done_state
-        else:
-            self._repair("stray_closing_tag", f"dropped {tag.tag!r} outside a tool call")
-        return True
+        return self._dispatch(_CONTENT, self.content.write, self._content_actions)
+
+    def _calls_without_blank_line(self) -> None:
+        self._repair("layout", "tool calls not preceded by a blank line")
+        self._state = self._block_state
+
+    def _invoke_without_opener(self) -> None:
+        self._repair("missing_opener", f"{CALLS_OPEN!r} missing before {INVOKE_OPEN!r}")
+        self._open_invoke()
 
     def _block_state(self) -> bool:
-        text, tag = self._scan(_BLOCK)
-        if text.strip():
-            self._repair("layout", "text between tool calls")
-        if tag is None:
-            return False
-        if tag.tag == INVOKE_OPEN:
-            self._open_invoke()
-        elif tag.tag == CALLS_CLOSE:
-            self._state = self._after_state
-        elif tag.tag == EOS:
-            self._repair("missing_closer", f"{CALLS_CLOSE!r} missing at the end")
-            self._state = self._done_state
-        else:
-            self._repair("stray_closing_tag", f"dropped {tag.tag!r} between tool calls")
-        return True
+        return self._dispatch(_BLOCK, self._layout_text, self._block_actions)
+
+    def _eos_in_block(self) -> None:
+        self._repair("missing_closer", f"{CALLS_CLOSE!r} missing at the end")
+        self._state = self._done_state
 
     def _open_invoke(self) -> None:
         self._attrs = ""
@@ -151,8 +139,7 @@ class DsmlParser(ParamParser):
     def _after_value_state(self) -> bool:
         """Inside an invoke, after its name or a value: another parameter or the end."""
         text, tag = self._scan(_BODY)
-        if text.strip():
-            self._repair("layout", "text between parameters")
+        self._layout_text(text)
         if tag is None:
             return False
         if tag.tag == PARAM_OPEN:
@@ -184,18 +171,16 @@ class DsmlParser(ParamParser):
         return True
 
     def _after_state(self) -> bool:
-        to_block = self._to_block
-        return self._after_calls(_AFTER, {EOS: self._to_done, CALLS_START: to_block, CALLS_OPEN: to_block})
-
-    def _to_block(self) -> None:
-        self._state = self._block_state
-
-    def _to_done(self) -> None:
-        self._state = self._done_state
+        return self._dispatch(_AFTER, self._text_after_calls, self._after_actions)
 
     def _done_state(self) -> bool:
         if self._buf.strip():
-            self._repair("layout", "text after the end of sentence token")
+            self._repair("layout", "text after the end of sentence token (dropped)")
+            self._state = self._drop_state
+        self._buf = ""
+        return False
+
+    def _drop_state(self) -> bool:
         self._buf = ""
         return False
 

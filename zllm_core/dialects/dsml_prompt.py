@@ -18,9 +18,13 @@ class DsmlPrompt:
     def __init__(self, dialect: DsmlDialect | None = None):
         self.dialect = dialect or DsmlDialect()
 
-    def render(self, messages: Sequence[Message], tools: Sequence[FunctionTool] = (),
-               add_generation_prompt: bool = True, thinking: bool = True, **_: Any) -> str:
-        """`add_generation_prompt` is implied: user and tool turns end in the assistant's opening."""
+    def render(self, messages: Sequence[Message], tools: Sequence[FunctionTool] | None = (),
+               add_generation_prompt: bool = True, thinking: bool = True,
+               enable_thinking: bool | None = None, **_: Any) -> str:
+        """`add_generation_prompt` is implied: user and tool turns end in the assistant's opening.
+        `enable_thinking` (the Qwen/GLM template kwarg) is accepted as a synonym of `thinking`."""
+        thinking = thinking if enable_thinking is None else enable_thinking
+        tools = tools or ()
         messages = list(messages)
         if tools and (not messages or messages[0].role != "system"):
             messages.insert(0, Message("system"))

@@ -13,10 +13,9 @@ from .conversation import FunctionTool, Message, ToolCall
 from .dialect import ToolDialect
 from .json_args import split_members, to_json
 from .param_values import ParamParser, StringSafety
-from .scanner import Markers, escaped_spellings
-from .stream import drop_all
+from .scanner import Markers
+from .stream import THINK_CLOSE, THINK_OPEN, drop_all
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 KEY_OPEN, KEY_CLOSE = "<arg_key>", "</arg_key>"
 VALUE_OPEN, VALUE_CLOSE = "<arg_value>", "</arg_value>"
@@ -29,17 +28,13 @@ _FORMAT_HINT = ("<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<ar
                 "<arg_key>{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call>")
 
 
-def _markers(*tags: str) -> Markers:
-    return Markers({t: escaped_spellings(t) for t in tags})
-
-
-_CONTENT = _markers(THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE)
-_REASONING = _markers(THINK_CLOSE)
-_NAME = _markers(KEY_OPEN, CALL_CLOSE, CALL_OPEN)
-_KEY = _markers(KEY_CLOSE)
-_BEFORE_VALUE = _markers(VALUE_OPEN)
-_VALUE = _markers(VALUE_CLOSE)
-_BETWEEN = _markers(CALL_OPEN, CALL_CLOSE, THINK_CLOSE, KEY_CLOSE, VALUE_CLOSE)
+_CONTENT = Markers.of(THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE, escaped=False)
+_REASONING = Markers.of(THINK_CLOSE, escaped=False)
+_NAME = Markers.of(KEY_OPEN, CALL_CLOSE, CALL_OPEN)
+_KEY = Markers.of(KEY_CLOSE)
+_BEFORE_VALUE = Markers.of(VALUE_OPEN)
+_VALUE = Markers.of(VALUE_CLOSE)
+_BETWEEN = Markers.of(CALL_OPEN, CALL_CLOSE, THINK_CLOSE, KEY_CLOSE, VALUE_CLOSE)
 _SAFETY = StringSafety(_VALUE)
 
 
@@ -52,6 +47,9 @@ class GlmParser(ParamParser):
         super().__init__(scope, tools, in_reasoning)
         self._name = ""
         self._key = ""
+        self._content_actions = {THINK_OPEN: self._think_open, THINK_CLOSE: self._bare_think_close,
+                                 CALL_OPEN: self._open_call}
+        self._between_actions = {CALL_OPEN: self._open_call}
 
     def _reasoning_ws(self):
         return str.isspace, str.isspace
@@ -60,19 +58,12 @@ class GlmParser(ParamParser):
         return str.isspace, str.isspace
 
     def _content_state(self) -> bool:
-        text, tag = self._scan(_CONTENT)
-        self.content.write(text)
-        if tag is None:
-            return False
-        if tag.tag == THINK_OPEN:
-            self._think_tag(tag.tag)
-        elif tag.tag == THINK_CLOSE and not self._thought and not self.content.started:
-            self._thought = True  # GLM-4.7 renders a turn without reasoning as a bare `</think>`
-        elif tag.tag == CALL_OPEN:
-            self._open_call()
-        else:
-            self._repair("stray_closing_tag", f"dropped {tag.tag!r} outside a tool call")
-        return True
+        return self._dispatch(_CONTENT, self.content.write, self._content_actions)
+
+    def _bare_think_close(self) -> None:
+        if self._thought or self.content.started:
+            self._repair("stray_closing_tag", f"dropped {THINK_CLOSE!r} after the reasoning")
+        self._thought = True  # GLM-4.7 renders a turn without reasoning as a bare `</think>`
 
     def _open_call(self) -> None:
         self.content.close(drop_all)
@@ -110,8 +101,7 @@ class GlmParser(ParamParser):
 
     def _before_value_state(self) -> bool:
         text, tag = self._scan(_BEFORE_VALUE)
-        if text.strip():
-            self._repair("layout", "text between a key and its value")
+        self._layout_text(text)
         if tag is None:
             return False
         self._begin_value(self._key, self._kind(self._key))
@@ -124,15 +114,14 @@ class GlmParser(ParamParser):
 
     def _after_value_state(self) -> bool:
         text, tag = self._scan(_NAME)
-        if text.strip():
-            self._repair("layout", "text between parameters")
+        self._layout_text(text)
         if tag is None:
             return False
         self._next_param(tag.tag)
         return True
 
     def _between_state(self) -> bool:
-        return self._after_calls(_BETWEEN, {CALL_OPEN: self._open_call})
+        return self._dispatch(_BETWEEN, self._text_after_calls, self._between_actions)
 
     def _at_end(self) -> None:
         self.reasoning.close(drop_all)

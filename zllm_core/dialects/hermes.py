@@ -14,10 +14,9 @@ from .conversation import FunctionTool, Message, ToolCall
 from .dialect import ToolDialect
 from .json_args import split_members, to_json
 from .json_depth import JsonDepth
-from .scanner import Markers, escaped_spellings
-from .stream import Channel, StreamParser, never
+from .scanner import Markers
+from .stream import THINK_CLOSE, THINK_OPEN, StreamParser
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 
 _TOOLS_HEAD = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -25,16 +24,13 @@ _TOOLS_HEAD = ("# Tools\n\nYou may call one or more functions to assist with the
 _TOOLS_TAIL = ("\n</tools>\n\nFor each function call, return a json object with function name and arguments "
                "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
                '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+_HEAD_LIMIT = 4096  # longest envelope start searched for the name; later names are read at the end
 _ENVELOPE = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*(?=\S)')
 
 
-def _markers(*tags: str) -> Markers:
-    return Markers({t: escaped_spellings(t) for t in tags})
-
-
-_CONTENT = _markers(THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE)
-_REASONING = _markers(THINK_CLOSE)
-_BETWEEN = _markers(CALL_OPEN, CALL_CLOSE, THINK_CLOSE)
+_CONTENT = Markers.of(THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE, escaped=False)
+_REASONING = Markers.of(THINK_CLOSE, escaped=False)
+_BETWEEN = Markers.of(CALL_OPEN, CALL_CLOSE, THINK_CLOSE)
 
 
 def _newline(c: str) -> bool:
@@ -42,78 +38,65 @@ def _newline(c: str) -> bool:
 
 
 class HermesParser(StreamParser):
+    _reasoning_markers = _REASONING
+
     def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
         super().__init__(scope, tools, in_reasoning)
-        self._env = ""
-        self._depth = JsonDepth()
-        self._args_at: int | None = None  # where the arguments value starts in the envelope
-        self._args_end: int | None = None
-        self._args_depth = JsonDepth()
-        self._sent = 0                    # envelope text already streamed as argument deltas
+        self._reset_call()
+        self._content_actions = {THINK_OPEN: self._think_open, CALL_OPEN: self._call_after_text}
+        self._close_actions = {CALL_OPEN: self._call_without_closer, CALL_CLOSE: self._go(self._between_state)}
+        self._between_actions = {CALL_OPEN: self._next_call}
 
     def _reasoning_ws(self):
         return _newline, _newline
 
     def _content_ws(self):
-        return never, _newline  # text is printed as is, except the newline that precedes a call
-
-    _reasoning_markers = _REASONING
-
-    def _end_reasoning(self, tag: str) -> None:
-        # The template re-renders `</think>\n\n` + content.lstrip("\n"): leading newlines are layout.
-        self.content = Channel(self.content._emit, _newline, _newline)
-        self._state = self._content_state
+        # The template re-renders `</think>\n\n` + content.lstrip("\n"): after reasoning, leading
+        # newlines are layout; without it, text is printed as is. A trailing newline may be the one
+        # that separates text from a call.
+        return (lambda c: self._thought and c == "\n"), _newline
 
     def _content_state(self) -> bool:
-        text, tag = self._scan(_CONTENT)
-        self.content.write(text)
-        if tag is None:
-            return False
-        if tag.tag == THINK_OPEN:
-            self._think_tag(tag.tag)
-        elif tag.tag == CALL_OPEN:
-            self.content.close(lambda held: held[:-1])  # one newline separates text from the call
-            self._open_call()
-        else:
-            self._repair("stray_closing_tag", f"dropped {tag.tag!r} outside a tool call")
-        return True
+        return self._dispatch(_CONTENT, self.content.write, self._content_actions)
 
-    def _open_call(self) -> None:
-        self._env, self._depth, self._args_at, self._args_end, self._sent = "", JsonDepth(), None, None, 0
-        self._state = self._envelope_start_state
+    def _call_after_text(self) -> None:
+        self.content.close(lambda held: held[:-1])  # one newline separates text from the call
+        self._next_call()
+
+    def _reset_call(self) -> None:
+        self._envelope: list[str] = []   # the call's JSON, chunk by chunk
+        self._depth = JsonDepth()
+        self._head = ""                  # the envelope's start, until the name is known
+        self._args_depth: JsonDepth | None = None  # set once arguments stream
+        self._args_sent = 0
+        self._args_closed = False
 
     def _envelope_start_state(self) -> bool:
         stripped = self._buf.lstrip()
         if not stripped:
             self._buf = ""
             return False
-        if stripped[0] != "{":
-            self._error("malformed_tool_call", "tool call does not start with a JSON object")
-            self._buf = stripped
-            self._state = self._skip_state
-            return True
         self._buf = stripped
-        self._state = self._envelope_state
+        if stripped[0] == "{":
+            self._state = self._envelope_state
+        else:
+            self._error("malformed_tool_call", "tool call does not start with a JSON object")
+            self._state = self._skip_state
         return True
 
     def _envelope_state(self) -> bool:
-        start = len(self._env)
-        self._env += self._buf
-        self._buf = ""
-        end = None
-        for index, _, depth in self._depth.advance(self._env):
-            if depth == 0:
-                end = index + 1
-                break
-        if end is not None:
-            self._buf = self._env[end:]
-            self._env = self._env[:end]
-        elif start == len(self._env):
+        chunk, self._buf = self._buf, ""
+        if not chunk:
             return False
-        if self._args_at is None and not self._skipping:
+        end = next((i + 1 for i, _, depth in self._depth.advance(chunk) if depth == 0), None)
+        if end is not None:
+            chunk, self._buf = chunk[:end], chunk[end:]
+        self._envelope.append(chunk)
+        if self._args_depth is not None:
+            self._stream_args(chunk)
+        elif not self._skipping and len(self._head) < _HEAD_LIMIT:
+            self._head += chunk
             self._try_announce()
-        if self._args_at is not None and end is None:
-            self._stream_args()
         if end is None:
             return False
         self._finish_envelope()
@@ -121,46 +104,43 @@ class HermesParser(StreamParser):
         return True
 
     def _try_announce(self) -> None:
-        m = _ENVELOPE.match(self._env)
+        m = _ENVELOPE.match(self._head)
         if m is None:
             return
         name = json.loads(f'"{m.group(1)}"')
         if m.group() != f'{{"name": "{name}", "arguments": ':
             self._repair("layout", "tool-call envelope spaced differently from the template")
         if self._start_call(name):
-            self._args_at = self._sent = m.end()
-            self._args_depth = JsonDepth(m.end())
+            self._args_depth = JsonDepth()
+            self._stream_args(self._head[m.end():])
 
-    def _stream_args(self) -> None:
-        """Stream the arguments object as it grows, never past its closing bracket."""
-        if self._env[self._args_at] not in "{[":  # scalars wait for the end: their extent is unknown
-            return
-        if self._args_end is None:
-            for index, _, depth in self._args_depth.advance(self._env):
-                if depth == 0:
-                    self._args_end = index + 1
-                    break
-        upto = len(self._env) if self._args_end is None else self._args_end
-        self._emit_args(self._env[self._sent:upto])
-        self._sent = upto
+    def _stream_args(self, chunk: str) -> None:
+        """Stream an arguments object as it grows, never past its closing bracket."""
+        if self._args_closed or self._skipping or (self._args_sent == 0 and chunk[:1] not in ("{", "[", "")):
+            return  # a scalar's extent is unknown until the envelope ends
+        end = next((i + 1 for i, _, depth in self._args_depth.advance(chunk) if depth == 0), None)
+        if end is not None:
+            chunk, self._args_closed = chunk[:end], True
+        self._emit_args(chunk)
+        self._args_sent += len(chunk)
 
     def _finish_envelope(self) -> None:
         if self._skipping:
             self._skipping = False
             return
-        members = dict(split_members(self._env) or [])
-        if self._args_at is None:
+        envelope = "".join(self._envelope)
+        members = dict(split_members(envelope) or [])
+        if self._args_depth is None:
             self._late_announce(members)
             return
         arguments = members.get("arguments")
         if arguments is None:
             self._end_call("tool-call arguments are not valid JSON")
             return
-        self._args_end = self._args_at + len(arguments)
-        self._emit_args(self._env[self._sent:self._args_end])
-        if len(members) != 2 or not self._env.endswith(arguments + "}"):
+        self._emit_args(arguments[self._args_sent:])
+        if len(members) != 2 or not envelope.endswith(arguments + "}"):
             self._repair("layout", "tool-call envelope laid out differently from the template")
-        self._end_call(None if arguments.lstrip().startswith("{") else "tool-call arguments are not an object")
+        self._end_call(None if arguments.startswith("{") else "tool-call arguments are not an object")
 
     def _late_announce(self, members: dict[str, str]) -> None:
         """An envelope whose name did not come first: announce it whole once complete."""
@@ -176,32 +156,21 @@ class HermesParser(StreamParser):
             self._skipping = False
 
     def _close_state(self) -> bool:
-        text, tag = self._scan(_BETWEEN)
-        if text.strip():
-            self._repair("layout", "text inside a tool call after its JSON")
-        if tag is None:
-            return False
-        if tag.tag == CALL_OPEN:
-            self._repair("missing_closer", f"{CALL_CLOSE!r} missing before the next call")
-            self._open_call()
-        elif tag.tag == CALL_CLOSE:
-            self._state = self._between_state
-        else:
-            self._repair("stray_closing_tag", f"dropped {tag.tag!r} inside a tool call")
-        return True
+        return self._dispatch(_BETWEEN, self._layout_text, self._close_actions)
+
+    def _call_without_closer(self) -> None:
+        self._repair("missing_closer", f"{CALL_CLOSE!r} missing before the next call")
+        self._next_call()
 
     def _between_state(self) -> bool:
-        return self._after_calls(_BETWEEN, {CALL_OPEN: self._open_call})
+        return self._dispatch(_BETWEEN, self._text_after_calls, self._between_actions)
+
+    def _next_call(self) -> None:
+        self._reset_call()
+        self._state = self._envelope_start_state
 
     def _skip_state(self) -> bool:
-        _, tag = self._scan(_BETWEEN)
-        if tag is None:
-            return False
-        if tag.tag == CALL_OPEN:
-            self._open_call()
-        elif tag.tag == CALL_CLOSE:
-            self._state = self._between_state
-        return True
+        return self._dispatch(_BETWEEN, lambda _: None, self._close_actions)
 
     def _at_end(self) -> None:
         if self._state in (self._envelope_state, self._envelope_start_state) and self._call is None \
@@ -228,7 +197,7 @@ class HermesDialect(ToolDialect):
         reasoning = (message.reasoning or "").strip("\n")
         if in_reasoning or reasoning:
             head = "" if in_reasoning else THINK_OPEN + "\n"
-            text = f"{head}{reasoning}\n{THINK_CLOSE}\n\n{message.content.lstrip(chr(10))}"
+            text = head + reasoning + "\n" + THINK_CLOSE + "\n\n" + message.content.lstrip("\n")
         else:
             text = message.content
         if message.tool_calls:

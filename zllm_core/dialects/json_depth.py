@@ -8,37 +8,39 @@ _STRING_STOP = re.compile(r'["\\]')
 
 
 class JsonDepth:
-    """Walks a growing JSON text and reports its structural characters outside strings."""
+    """Walks JSON text chunk by chunk and reports its structural characters outside strings."""
 
-    def __init__(self, start: int = 0) -> None:
+    def __init__(self) -> None:
         self.depth = 0
-        self.pos = start
         self._in_string = False
+        self._escaped = False  # the chunk ended on a backslash inside a string
 
-    def advance(self, text: str) -> list[tuple[int, str, int]]:
-        """(index, char, depth after it) for each structural char in text[pos:] outside strings."""
+    def advance(self, chunk: str) -> list[tuple[int, str, int]]:
+        """(offset in chunk, char, depth after it) for each structural char outside strings."""
         found: list[tuple[int, str, int]] = []
-        while self.pos < len(text):
+        i = 0
+        if self._escaped and chunk:
+            i, self._escaped = 1, False
+        while i < len(chunk):
             if self._in_string:
-                m = _STRING_STOP.search(text, self.pos)
+                m = _STRING_STOP.search(chunk, i)
                 if m is None:
-                    self.pos = len(text)
-                elif m.group() == "\\":
-                    self.pos = m.end() + 1  # may pass the end: the escaped char is still to come
+                    break
+                if m.group() == '"':
+                    self._in_string, i = False, m.end()
+                elif m.end() == len(chunk):
+                    self._escaped = True
+                    break
                 else:
-                    self._in_string, self.pos = False, m.end()
+                    i = m.end() + 1
                 continue
-            m = _STRUCTURE.search(text, self.pos)
+            m = _STRUCTURE.search(chunk, i)
             if m is None:
-                self.pos = len(text)
                 break
-            char, self.pos = m.group(), m.end()
+            char, i = m.group(), m.end()
             if char == '"':
                 self._in_string = True
                 continue
-            if char in "{[":
-                self.depth += 1
-            elif char in "}]":
-                self.depth -= 1
+            self.depth += 1 if char in "{[" else -1 if char in "}]" else 0
             found.append((m.start(), char, self.depth))
         return found

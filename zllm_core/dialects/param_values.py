@@ -99,25 +99,26 @@ class ParamReader:
 
     def __init__(self, args: ArgsWriter, safety: StringSafety, kind: str):
         self._args, self._safety, self._kind = args, safety, kind
-        self._held = ""
+        self._held: list[str] = []  # chunks of a value read whole (joined once: values can be long)
         self._streaming = False
 
     def write(self, text: str) -> None:
-        if self._streaming:
-            self._args.string_part(text)
+        if not text:
             return
-        self._held += text
-        if self._kind == "string" and self._held and not self._held.startswith('"'):
+        if not self._streaming and not self._held and self._kind == "string" and not text.startswith('"'):
             self._streaming = True
             self._args.string_open()
-            self._args.string_part(self._held)
+        if self._streaming:
+            self._args.string_part(text)
+        else:
+            self._held.append(text)
 
     def close(self) -> str | None:
         """Finish the value; returns a problem description if it cannot be JSON as required."""
         if self._streaming:
             self._args.string_close()
             return None
-        member, problem = self._member(self._held)
+        member, problem = self._member("".join(self._held))
         if member is not None:
             self._args.raw(member)
         return problem

@@ -29,25 +29,32 @@ def escaped_spellings(tag: str) -> list[str]:
 class Markers:
     def __init__(self, spellings: dict[str, Iterable[str]]):
         """`spellings` maps each canonical tag to its extra accepted spellings."""
-        self._canonical: dict[str, str] = {}
+        canonical: dict[str, str] = {}
         for tag, extra in spellings.items():
             for spelling in (tag, *extra):
-                self._canonical.setdefault(spelling.lower(), tag)
-        ordered = sorted(self._canonical, key=len, reverse=True)  # longest wins at one position
-        self._find = re.compile("|".join(map(re.escape, ordered)), re.IGNORECASE)
+                canonical.setdefault(spelling.lower(), tag)
+        ordered = sorted(canonical, key=len, reverse=True)  # longest wins at one position
+        # (spelling, its tag) by group: the matched text itself may not lower() back to a key (İ -> i̇)
+        self._groups = [(s, canonical[s]) for s in ordered]
+        self._find = re.compile("|".join(f"(?P<s{i}>{re.escape(s)})" for i, s in enumerate(ordered)), re.IGNORECASE)
         prefixes = {s[:n] for s in ordered for n in range(1, len(s))}
         by_length = sorted(prefixes, key=len, reverse=True)
         self._partial = re.compile("(?:" + "|".join(map(re.escape, by_length)) + r")\Z", re.IGNORECASE) \
             if by_length else None
         self._longest = max(map(len, ordered))
 
+    @classmethod
+    def of(cls, *tags: str, escaped: bool = True) -> "Markers":
+        """Tags accepted in any letter case and, if `escaped`, HTML-escaped. Free text keeps
+        `escaped=False`: prose may well write `&lt;tool_call&gt;`, a model's call does not."""
+        return cls({t: escaped_spellings(t) if escaped else () for t in tags})
+
     def scan(self, text: str, final: bool) -> tuple[int, Match | None]:
         """(length of text safe to release before any tag, the earliest tag or None)."""
         found = self._find.search(text)
         if found:
-            spelled = found.group()
-            tag = self._canonical[spelled.lower()]
-            repair = None if spelled == tag else "case" if spelled.lower() == tag.lower() else "escaped_tag"
+            spelling, tag = self._groups[int(found.lastgroup[1:])]
+            repair = None if found.group() == tag else "case" if spelling == tag.lower() else "escaped_tag"
             return found.start(), Match(tag, found.start(), found.end(), repair)
         if final or self._partial is None:
             return len(text), None

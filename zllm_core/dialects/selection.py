@@ -5,9 +5,10 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from .chat_template import read_template
+from .chat_template import ChatTemplate, read_template
 from .dialect import ToolDialect
 from .dsml import DSML, DsmlDialect
+from .dsml_prompt import DsmlPrompt
 from .glm import GlmDialect
 from .hermes import HermesDialect
 
@@ -39,6 +40,15 @@ def dialect_for(source: str | Path | Mapping[str, Any], explicit: str | None = N
     if name is None:
         raise ValueError(f"cannot tell the tool dialect of {source!r}; pass it explicitly")
     return DIALECTS[name]
+
+
+def prompt_for(model_dir: str | Path, explicit: str | None = None) -> ChatTemplate | DsmlPrompt:
+    """What renders this model's prompts: its chat template, or for DeepSeek-V3.2 (which ships
+    none) the reference encoder's layout. Both offer `.dialect` and `.render(messages, tools, ...)`."""
+    dialect = dialect_for(model_dir, explicit)
+    if dialect.name == "dsml" and read_template(Path(model_dir)) is None:
+        return DsmlPrompt(dialect)
+    return ChatTemplate.from_model_dir(model_dir, dialect)
 
 
 def _from_template(template: str) -> str | None:

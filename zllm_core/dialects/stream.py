@@ -17,6 +17,9 @@ from .json_args import escape_fragment, to_json
 from .scanner import Markers, Match
 
 
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"  # the reasoning tags of every family here
+
+
 def tool_call_id(scope: str, index: int, name: str) -> str:
     """Stable per request and call: the same function called twice, or in two requests, differs."""
     digest = hashlib.sha256(f"{scope}\x00{index}\x00{name}".encode()).hexdigest()
@@ -103,9 +106,9 @@ class ArgsWriter:
 class StreamParser:
     """Shared machinery; subclasses provide the states (`_state` is the current one)."""
 
-    def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
+    def __init__(self, scope: str, tools: Sequence[FunctionTool] | None, in_reasoning: bool):
         self._scope = scope
-        self._tools = {t.name: t for t in tools}
+        self._tools = {t.name: t for t in tools or ()}  # empty: any function name is accepted
         self._buf = ""
         self._out: list[Event] = []
         self._final = False
@@ -156,28 +159,45 @@ class StreamParser:
     def _end_reasoning(self, tag: str) -> None:
         self._state = self._content_state
 
-    def _think_tag(self, tag: str) -> None:
+    def _go(self, state: Callable[[], bool]) -> Callable[[], None]:
+        """An action that moves to `state`."""
+        def go() -> None:
+            self._state = state
+        return go
+
+    def _think_open(self) -> None:
         """An opening think tag starts reasoning only before anything else; later it is just words."""
         if self._thought or self.content.started:
-            self.content.write(tag)
+            self.content.write(THINK_OPEN)
             return
         self._thought = True
         self._state = self._reasoning_state
 
-    def _after_calls(self, markers: Markers, actions: dict[str, Callable[[], None]]) -> bool:
-        """After a call: whitespace is layout, other text is kept but flagged, listed tags act."""
+    def _dispatch(self, markers: Markers, on_text: Callable[[str], None],
+                  actions: dict[str, Callable[[], None]]) -> bool:
+        """One step of a state: hand over the text before the next tag, then act on the tag.
+        A tag with no action here closes nothing: it is dropped and counted."""
         text, tag = self._scan(markers)
-        if text.strip():
-            self._repair("layout", "text after tool calls")
-            self.content.write(text)
+        on_text(text)
         if tag is None:
             return False
         action = actions.get(tag.tag)
         if action is None:
-            self._repair("stray_closing_tag", f"dropped {tag.tag!r} after a tool call")
+            self._repair("stray_closing_tag", f"dropped {tag.tag!r}, which closes nothing here")
         else:
             action()
         return True
+
+    def _text_after_calls(self, text: str) -> None:
+        """After a call whitespace is layout; other text is kept but flagged."""
+        if text.strip():
+            self._repair("layout", "text after tool calls")
+            self.content.write(text)
+
+    def _layout_text(self, text: str) -> None:
+        """Between a call's tags only whitespace belongs; anything else is dropped and flagged."""
+        if text.strip():
+            self._repair("layout", f"dropped text inside a tool call: {text[:40]!r}")
 
     def _at_end(self) -> None:
         """Called once after the final run; default closes the channels and reports open calls."""

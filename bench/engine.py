@@ -1,0 +1,92 @@
+"""Engine throughput against transformers on the same weights, in the same run.
+
+    python bench/engine.py [--model zllm-demo] [--prompt-len 256] [--new-tokens 32] [--batches 1 16]
+
+Prefill tokens/s: batch x prompt_len / time to the first token.  Decode tokens/s:
+batch x (new_tokens - 1) / (time to the last token - time to the first).  Both engines
+run greedy with fixed output length, fp32, on this machine's threads; ratios are
+zllm_core / transformers (higher is better for zllm_core).
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import torch
+
+from zllm_core.cache.scope import Scope
+from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
+from zllm_core.engine.sampling_params import SamplingParams
+from zllm_core.model.demo import resolve_model_dir
+from zllm_core.model.loader import load_model
+
+
+def prompts(batch: int, length: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(1000, 100000) for _ in range(length)] for _ in range(batch)]
+
+
+def time_zllm(engine: LLMEngine, batch: list[list[int]], new_tokens: int) -> tuple[float, float]:
+    """Seconds to the first token of every request, and to the last."""
+    params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+    start = time.perf_counter()
+    for i, p in enumerate(batch):
+        engine.add_request(f"b{i}-{start}", p, params)
+    first = None
+    seen: set[str] = set()
+    while engine.has_unfinished():
+        for out in engine.step():
+            seen.add(out.request_id)
+        if first is None and len(seen) == len(batch):
+            first = time.perf_counter()
+    return first - start, time.perf_counter() - start
+
+
+def time_hf(model, batch: list[list[int]], new_tokens: int) -> tuple[float, float]:
+    ids = torch.tensor(batch)
+    mask = torch.ones_like(ids)
+
+    def gen(n: int) -> float:
+        start = time.perf_counter()
+        with torch.inference_mode():
+            model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                           do_sample=False, pad_token_id=0)
+        return time.perf_counter() - start
+
+    return gen(1), gen(new_tokens)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="zllm-demo")
+    ap.add_argument("--prompt-len", type=int, default=256)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
+    ap.add_argument("--repeat", type=int, default=2)
+    args = ap.parse_args()
+
+    from transformers import AutoModelForCausalLM
+
+    model_dir = resolve_model_dir(args.model)
+    ours = LLMEngine(load_model(model_dir), None,
+                     EngineConfig(enable_prefix_cache=False, max_num_batched_tokens=8192), Scope("bench"))
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    print(f"model {args.model}, prompt {args.prompt_len} tokens, {args.new_tokens} new tokens, "
+          f"torch threads {torch.get_num_threads()}")
+    print(f"{'batch':>5} {'metric':>16} {'zllm_core':>12} {'transformers':>13} {'ratio':>7}")
+    for b in args.batches:
+        batch = prompts(b, args.prompt_len)
+        time_zllm(ours, batch, 2)  # warm up both
+        time_hf(hf, batch, 2)
+        z = min((time_zllm(ours, batch, args.new_tokens) for _ in range(args.repeat)), key=lambda t: t[1])
+        h = min((time_hf(hf, batch, args.new_tokens) for _ in range(args.repeat)), key=lambda t: t[1])
+        rows = [("prefill tok/s", b * args.prompt_len / z[0], b * args.prompt_len / h[0]),
+                ("decode tok/s", b * (args.new_tokens - 1) / (z[1] - z[0]),
+                 b * (args.new_tokens - 1) / (h[1] - h[0]))]
+        for name, zv, hv in rows:
+            print(f"{b:>5} {name:>16} {zv:>12.1f} {hv:>13.1f} {zv / hv:>6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
