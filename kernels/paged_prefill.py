@@ -27,8 +27,8 @@ def _prefill_kernel(
     BLOCK_M: tl.constexpr, TILE_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    seq = tl.program_id(0)
-    tile_q = tl.program_id(1)
+    tile_q = tl.program_id(0)  # the long axis: grid dims 1 and 2 stop at 65535
+    seq = tl.program_id(1)
     kv_head = tl.program_id(2)
     q_start = tl.load(query_start_ptr + seq)
     q_len = tl.load(query_start_ptr + seq + 1) - q_start
@@ -86,7 +86,7 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     block_n = 64 if head_dim * q.element_size() <= 256 else 32
     batch = seq_lens.shape[0]
     tile_tokens = block_m // group  # new tokens per program: their query heads fill the rows
-    grid = (batch, triton.cdiv(max_query_len, tile_tokens), num_kv_heads)
+    grid = (triton.cdiv(max_query_len, tile_tokens), batch, num_kv_heads)
     _prefill_kernel[grid](
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out, scale * LOG2E,
         q.stride(0), q.stride(1),
