@@ -1,5 +1,5 @@
-"""Shared pieces of the paged-attention kernels: gathering a K/V tile through a block table
-and one step of the fp32 online softmax."""
+"""Shared pieces of the paged-attention kernels: gathering a K/V tile through a block table,
+the fp32 online softmax, and attending one K/V tile with both."""
 import os
 
 import torch
