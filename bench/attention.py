@@ -123,7 +123,8 @@ def flashinfer_decode(flashinfer, model: Model, device: torch.device):
 
 def bench_decode(model: Model, device: torch.device, grid, copy_bw: float, max_kv_bytes: int, reps: int):
     rows = []
-    tokens = max(b * n for b, n in grid if b * n * model.kv_bytes_per_token <= max_kv_bytes)
+    tokens = max(b * -(-n // model.block_size) * model.block_size for b, n in grid
+                 if b * n * model.kv_bytes_per_token <= max_kv_bytes)
     k, v = pool(model, tokens, device)
     peers = decode_peers(model, device)
     scale = model.head_dim ** -0.5
@@ -161,8 +162,9 @@ def bench_prefill(model: Model, device: torch.device, grid, reps: int):
     scale = model.head_dim ** -0.5
     for batch, qlen, cached in grid:
         total = cached + qlen
-        k, v = pool(model, batch * total, device)
-        tables = block_tables(batch, -(-total // model.block_size), k.shape[0], device)
+        blocks_per_seq = -(-total // model.block_size)
+        k, v = pool(model, batch * blocks_per_seq * model.block_size, device)
+        tables = block_tables(batch, blocks_per_seq, k.shape[0], device)
         q = torch.randn(batch * qlen, model.num_heads, model.head_dim, dtype=model.dtype, device=device)
         starts = torch.arange(0, batch * qlen + 1, qlen, dtype=torch.int32, device=device)
         seq_lens = torch.full((batch,), total, dtype=torch.int32, device=device)

@@ -5,7 +5,7 @@
 # stage failed; later stages still run so one broken piece does not hide the others.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python}
+PY=${PYTHON:-$(command -v python3 || command -v python)}
 OUT_DIR=${OUT:-/tmp/zllm_gpu_check}
 mkdir -p "$OUT_DIR"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -27,11 +27,11 @@ stage() {  # stage NAME SECONDS CMD...: run with a time limit, log to $OUT_DIR/N
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT_DIR/gpu.txt"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-stage build 180 bash -c "cmake -S . -B build/gpu ${generator[*]} -DPython_EXECUTABLE=$(command -v "$PY") \
+stage build 120 bash -c "cmake -S . -B build/gpu ${generator[*]} -DPython_EXECUTABLE=$(command -v "$PY") \
   -Dpybind11_DIR=\$($PY -m pybind11 --cmakedir) -DZLLM_CUDA=ON && cmake --build build/gpu -j \
   && $PY -c 'import zllm_core._native as n; assert n.with_cuda and hasattr(n, \"paged_decode_cuda\")'"
-stage tests 150 "$PY" -m pytest -q -rs tests/kernels
-stage bench 180 "$PY" bench/attention.py --out "$OUT_DIR/attention.md"
+stage tests 210 "$PY" -m pytest -q -rs tests/kernels
+stage bench 150 "$PY" bench/attention.py --out "$OUT_DIR/attention.md"
 
 if ((${#failed[@]})); then
   echo "failed stages: ${failed[*]}"

@@ -14,7 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .paged_tile import LOG2E, dot_precision, dot_upcast, load_kv_tile, mma, online_softmax_step
+from .paged_tile import LOG2E, attend_tile, dot_precision, dot_upcast
+
 
 @dataclass(frozen=True)
 class DecodeSplit:
@@ -67,15 +68,11 @@ def _decode_split_kernel(
         l = tl.zeros([BLOCK_G], tl.float32)
         acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
         for tile in range(start, end, BLOCK_N):
-            pos = tile + tl.arange(0, BLOCK_N)
-            valid = pos < end
-            k = load_kv_tile(k_ptr, table_row, pos, valid, kv_head, d, d_mask,
-                             stride_kb, stride_ks, stride_kh, PAGE)
-            s = mma(q, tl.trans(k), DOT_PRECISION, UPCAST) * scale_log2
-            s = tl.where(valid[None, :], s, float("-inf"))
-            v = load_kv_tile(v_ptr, table_row, pos, valid, kv_head, d, d_mask,
-                             stride_vb, stride_vs, stride_vh, PAGE)
-            acc, m, l = online_softmax_step(acc, m, l, s, v, DOT_PRECISION, UPCAST)
+            # Decode is not causal within the context; ``g`` only fills the q_pos slot.
+            acc, m, l = attend_tile(acc, m, l, q, g, tile, end, k_ptr, v_ptr, table_row,
+                                    kv_head, d, d_mask, stride_kb, stride_ks, stride_kh,
+                                    stride_vb, stride_vs, stride_vh, scale_log2,
+                                    PAGE, BLOCK_N, False, DOT_PRECISION, UPCAST)
         if ONE_SPLIT:
             o = acc / l[:, None]
             tl.store(out_ptr + seq * stride_ob + heads[:, None] * stride_oh + d[None, :],
@@ -113,10 +110,10 @@ def _decode_merge_kernel(
              mask=d_mask)
 
 
-def _target_programs(device: torch.device) -> int:
-    """Four programs per SM keeps every SM busy while the longest split finishes."""
+def target_programs(device: torch.device) -> int:
+    """Eight programs per SM: several waves, so the last one leaves few SMs idle."""
     if device.type == "cuda":
-        return 4 * torch.cuda.get_device_properties(device).multi_processor_count
+        return 8 * torch.cuda.get_device_properties(device).multi_processor_count
     return 1
 
 
@@ -134,7 +131,7 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     assert q.stride(2) == 1 and k_cache.stride(3) == 1 and v_cache.stride(3) == 1
     out = torch.empty_like(q) if out is None else out
     block_n = 64 if head_dim <= 128 else 32
-    split = split or plan_splits(batch, num_kv_heads, max_seq_len, block_n, _target_programs(q.device))
+    split = split or plan_splits(batch, num_kv_heads, max_seq_len, block_n, target_programs(q.device))
     one = split.num_splits == 1
     if one:
         part_acc = part_ml = out  # unused by the one-split variant
@@ -153,7 +150,7 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         HEAD_DIM=head_dim, BLOCK_D=block_d, PAGE=page, BLOCK_N=block_n,
         ONE_SPLIT=one, DOT_PRECISION=dot_precision(k_cache.dtype),
         UPCAST=dot_upcast(k_cache.dtype),
-        num_warps=4, num_stages=2,
+        num_warps=4, num_stages=3,  # the block-table load and the K/V gather it feeds
     )
     if not one:
         _decode_merge_kernel[(batch, num_heads)](

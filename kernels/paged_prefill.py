@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .paged_tile import LOG2E, dot_precision, dot_upcast, load_kv_tile, mma, online_softmax_step
+from .paged_tile import LOG2E, attend_tile, dot_precision, dot_upcast
 
 
 @triton.jit
@@ -24,12 +24,12 @@ def _prefill_kernel(
     stride_vb, stride_vs, stride_vh,
     stride_table, stride_ot, stride_oh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, TILE_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    seq = tl.program_id(0)
-    tile_q = tl.program_id(1)
+    tile_q = tl.program_id(0)  # the long axis: grid dims 1 and 2 stop at 65535
+    seq = tl.program_id(1)
     kv_head = tl.program_id(2)
-    TILE_TOKENS: tl.constexpr = BLOCK_M // GROUP
     q_start = tl.load(query_start_ptr + seq)
     q_len = tl.load(query_start_ptr + seq + 1) - q_start
     first = tile_q * TILE_TOKENS
@@ -47,23 +47,25 @@ def _prefill_kernel(
                     + d[None, :], mask=io_mask, other=0.0)
         q = q.to(k_ptr.dtype.element_ty)
         q_pos = cached + tok
-        # The tile's last token sees the most keys; nothing past it is read.
-        kv_end = tl.minimum(seq_len, cached + first + TILE_TOKENS)
         table_row = tables_ptr + seq * stride_table
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-        for tile in range(0, kv_end, BLOCK_N):
-            pos = tile + tl.arange(0, BLOCK_N)
-            valid = pos < kv_end
-            k = load_kv_tile(k_ptr, table_row, pos, valid, kv_head, d, d_mask,
-                             stride_kb, stride_ks, stride_kh, PAGE)
-            s = mma(q, tl.trans(k), DOT_PRECISION, UPCAST) * scale_log2
-            # Key 0 is visible to every row, so the first tile makes every running max finite.
-            s = tl.where(valid[None, :] & (pos[None, :] <= q_pos[:, None]), s, float("-inf"))
-            v = load_kv_tile(v_ptr, table_row, pos, valid, kv_head, d, d_mask,
-                             stride_vb, stride_vs, stride_vh, PAGE)
-            acc, m, l = online_softmax_step(acc, m, l, s, v, DOT_PRECISION, UPCAST)
+        # Keys before the tile's first token are visible to every row: no causal mask there.
+        # Key 0 is visible to every row, so whichever loop runs first makes every max finite.
+        shared_end = (cached + first) // BLOCK_N * BLOCK_N
+        for tile in range(0, shared_end, BLOCK_N):
+            acc, m, l = attend_tile(acc, m, l, q, q_pos, tile, shared_end, k_ptr, v_ptr, table_row,
+                                    kv_head, d, d_mask, stride_kb, stride_ks, stride_kh,
+                                    stride_vb, stride_vs, stride_vh, scale_log2,
+                                    PAGE, BLOCK_N, False, DOT_PRECISION, UPCAST)
+        # The tile's last token sees the most keys; nothing past it is read.
+        kv_end = tl.minimum(seq_len, cached + first + TILE_TOKENS)
+        for tile in range(shared_end, kv_end, BLOCK_N):
+            acc, m, l = attend_tile(acc, m, l, q, q_pos, tile, kv_end, k_ptr, v_ptr, table_row,
+                                    kv_head, d, d_mask, stride_kb, stride_ks, stride_kh,
+                                    stride_vb, stride_vs, stride_vh, scale_log2,
+                                    PAGE, BLOCK_N, True, DOT_PRECISION, UPCAST)
         o = acc / l[:, None]
         tl.store(out_ptr + (q_start + tok)[:, None] * stride_ot + heads[:, None] * stride_oh
                  + d[None, :], o.to(out_ptr.dtype.element_ty), mask=io_mask)
@@ -80,16 +82,18 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     assert q.stride(2) == 1 and k_cache.stride(3) == 1 and v_cache.stride(3) == 1
     out = torch.empty_like(q) if out is None else out
     block_m = max(64, triton.next_power_of_2(group))
-    block_n = 64 if head_dim <= 64 else 32
+    # Two K/V tiles per pipeline stage must fit shared memory: narrower tiles for fp32 at 128.
+    block_n = 64 if head_dim * q.element_size() <= 256 else 32
     batch = seq_lens.shape[0]
-    grid = (batch, triton.cdiv(max_query_len, block_m // group), num_kv_heads)
+    tile_tokens = block_m // group  # new tokens per program: their query heads fill the rows
+    grid = (triton.cdiv(max_query_len, tile_tokens), batch, num_kv_heads)
     _prefill_kernel[grid](
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out, scale * LOG2E,
         q.stride(0), q.stride(1),
         *k_cache.stride()[:3], *v_cache.stride()[:3],
         block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim), PAGE=page,
-        BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=dot_precision(k_cache.dtype),
+        BLOCK_M=block_m, TILE_TOKENS=tile_tokens, BLOCK_N=block_n, DOT_PRECISION=dot_precision(k_cache.dtype),
         UPCAST=dot_upcast(k_cache.dtype),
         num_warps=4, num_stages=2,
     )

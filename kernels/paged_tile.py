@@ -1,5 +1,5 @@
-"""Shared pieces of the paged-attention kernels: gathering a K/V tile through a block table
-and one step of the fp32 online softmax."""
+"""Shared pieces of the paged-attention kernels: gathering a K/V tile through a block table,
+the fp32 online softmax, and attending one K/V tile with both."""
 import os
 
 import torch
@@ -25,8 +25,10 @@ def dot_upcast(dtype: torch.dtype) -> bool:
 def mma(a, b, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     """``a @ b`` with fp32 accumulation (see ``dot_upcast`` for UPCAST)."""
     if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    return tl.dot(a, b, input_precision=DOT_PRECISION)
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        c = tl.dot(a, b, input_precision=DOT_PRECISION)
+    return c
 
 
 @triton.jit
@@ -54,3 +56,23 @@ def online_softmax_step(acc, m, l, s, v, DOT_PRECISION: tl.constexpr, UPCAST: tl
     l = l * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + mma(p.to(v.dtype), v, DOT_PRECISION, UPCAST)
     return acc, m_new, l
+
+
+@triton.jit
+def attend_tile(acc, m, l, q, q_pos, tile, kv_end, k_ptr, v_ptr, table_row, kv_head, d, d_mask,
+                stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, scale_log2,
+                PAGE: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """Fold keys ``tile .. tile + BLOCK_N`` (those below ``kv_end``) into the running state of
+    the query rows ``q``; with CAUSAL a row at absolute position ``q_pos`` sees keys <= it."""
+    pos = tile + tl.arange(0, BLOCK_N)
+    valid = pos < kv_end
+    k = load_kv_tile(k_ptr, table_row, pos, valid, kv_head, d, d_mask,
+                     stride_kb, stride_ks, stride_kh, PAGE)
+    s = mma(q, tl.trans(k), DOT_PRECISION, UPCAST) * scale_log2
+    s = tl.where(valid[None, :], s, float("-inf"))
+    if CAUSAL:
+        s = tl.where(pos[None, :] <= q_pos[:, None], s, float("-inf"))
+    v = load_kv_tile(v_ptr, table_row, pos, valid, kv_head, d, d_mask,
+                     stride_vb, stride_vs, stride_vh, PAGE)
+    return online_softmax_step(acc, m, l, s, v, DOT_PRECISION, UPCAST)

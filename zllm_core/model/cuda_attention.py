@@ -42,8 +42,8 @@ def cuda_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     """``kernels.paged_decode`` on the CUDA kernel; the caller checks ``fits_kernel`` first."""
     batch, num_heads, head_dim = q.shape
     _, page, num_kv_heads, _ = k_cache.shape
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    split = split or kernels.plan_splits(batch, num_kv_heads, max_seq_len, SPLIT_STEP, 4 * sms)
+    split = split or kernels.plan_splits(batch, num_kv_heads, max_seq_len, SPLIT_STEP,
+                                         kernels.target_programs(q.device))
     out = torch.empty_like(q) if out is None else out
     rows = batch * num_heads * split.num_splits if split.num_splits > 1 else 0
     part_acc = torch.empty(rows, head_dim, dtype=torch.float32, device=q.device)
