@@ -24,6 +24,7 @@ class LiveServer:
     url: str
     process: subprocess.Popen
     store: Path
+    log: Path  # the server's stderr: a file, so a chatty server can never block on a full pipe
 
     def stop(self) -> None:
         self.process.terminate()
@@ -40,21 +41,21 @@ def start_server(store: Path, *extra: str) -> LiveServer:
            "--api-key", API_KEY, "--max-model-len", str(MAX_MODEL_LEN),
            "--max-output-tokens", "64", "--max-body-bytes", str(MAX_BODY_BYTES),
            "--response-store", str(store), *extra]
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    log = store.with_name(store.name + f".{time.monotonic_ns()}.log")
+    with log.open("w") as sink:
+        proc = subprocess.Popen(cmd, env=env, stderr=sink, text=True, cwd=REPO)
     deadline = time.monotonic() + 120
-    lines = []
     while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line and proc.poll() is not None:
-            break
-        lines.append(line)
-        match = re.search(r"on (http://\S+)", line)
+        match = re.search(r"on (http://\S+)", log.read_text())
         if match:
-            server = LiveServer(match.group(1), proc, store)
+            server = LiveServer(match.group(1), proc, store, log)
             _wait_healthy(server.url)
             return server
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("zllm serve did not start:\n" + "".join(lines))
+    raise RuntimeError("zllm serve did not start:\n" + log.read_text())
 
 
 def _wait_healthy(url: str) -> None:
