@@ -58,3 +58,13 @@ def test_claude_code_shaped_request_is_answered(anthropic_client):
     extra2 = {k: body2.pop(k) for k in EXTRA}
     again = anthropic_client.messages.create(extra_body=extra2, **{**body2, "max_tokens": 2})
     assert again.usage.cache_read_input_tokens > 0
+
+
+def test_a_matched_stop_sequence_is_reported(anthropic_client):
+    body = dict(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "Count."}])
+    free = anthropic_client.messages.create(**greedy(body))
+    text = "".join(block.text for block in free.content if block.type == "text")
+    stop = text.strip()[:2]
+    assert stop, "the greedy demo output is expected to hold text"
+    m = anthropic_client.messages.create(**greedy({**body, "stop_sequences": [stop]}))
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == stop

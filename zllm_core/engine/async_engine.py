@@ -22,6 +22,7 @@ class GenerationEvent:
     token_ids: list[int]
     text: str
     finish_reason: Optional[str]
+    stop_string: Optional[str]
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
@@ -137,5 +138,5 @@ class AsyncEngine:
 
 
 def _event(out: RequestOutput) -> GenerationEvent:
-    return GenerationEvent(out.new_token_ids, out.text, out.finish_reason, out.prompt_tokens,
-                           out.cached_tokens, out.completion_tokens)
+    return GenerationEvent(out.new_token_ids, out.text, out.finish_reason, out.stop_string,
+                           out.prompt_tokens, out.cached_tokens, out.completion_tokens)

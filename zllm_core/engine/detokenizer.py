@@ -25,7 +25,7 @@ class StreamDetokenizer:
         self._pending = b""  # bytes of a character not complete yet
         self._text = ""  # everything decoded so far
         self._sent = 0  # how much of _text has been released
-        self.stopped = False
+        self.stopped: str | None = None  # the stop string that ended the text, once one has
 
     def push(self, token_ids: Sequence[int]) -> str:
         """Add tokens; return newly releasable text. After a stop string, ``stopped`` is set."""
@@ -47,19 +47,19 @@ class StreamDetokenizer:
             return ""
         hit = self._first_stop()
         if hit is not None:
-            self.stopped = True
-            self._text = self._text[:hit]
-            end = hit
+            end, self.stopped = hit
+            self._text = self._text[:end]
         else:
             end = len(self._text) if final else len(self._text) - self._held_back()
         out = self._text[self._sent:end]
         self._sent = max(self._sent, end)
         return out
 
-    def _first_stop(self) -> int | None:
+    def _first_stop(self) -> tuple[int, str] | None:
+        """Where the earliest stop string starts, and which one it is."""
         window = max((len(s) for s in self._stop), default=0)
         lo = max(0, self._sent - window + 1)
-        found = [i for s in self._stop if (i := self._text.find(s, lo)) >= 0]
+        found = [(i, s) for s in self._stop if (i := self._text.find(s, lo)) >= 0]
         return min(found) if found else None
 
     def _held_back(self) -> int:

@@ -44,6 +44,7 @@ class RequestOutput:
     new_token_ids: list[int]
     text: str  # newly released text
     finish_reason: Optional[str]  # "stop" | "length" | "abort" once finished
+    stop_string: Optional[str]  # which stop string ended it, if one did
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
@@ -185,8 +186,10 @@ class LLMEngine:
         return None
 
     def _output(self, seq: Sequence, new: list[int], text: str) -> RequestOutput:
+        detok = self._detok.get(seq.request_id)
+        stop_string = detok.stopped if detok is not None else None
         if seq.status is Status.FINISHED:
             self._seqs.pop(seq.request_id, None)
             self._detok.pop(seq.request_id, None)
-        return RequestOutput(seq.request_id, new, text, seq.finish_reason, seq.prompt_len,
-                             seq.num_cached, seq.num_output)
+        return RequestOutput(seq.request_id, new, text, seq.finish_reason, stop_string,
+                             seq.prompt_len, seq.num_cached, seq.num_output)

@@ -223,10 +223,16 @@ def _usage(u: Usage) -> dict[str, Any]:
             "cache_read_input_tokens": u.cached_tokens, "cache_creation_input_tokens": 0}
 
 
-def _message(id: str, model: str, content: list[dict[str, Any]], stop_reason: str | None,
+def _stop(finish: Finish) -> dict[str, Any]:
+    if finish.stop_sequence is not None:
+        return {"stop_reason": "stop_sequence", "stop_sequence": finish.stop_sequence}
+    return {"stop_reason": STOP_REASONS[finish.reason], "stop_sequence": None}
+
+
+def _message(id: str, model: str, content: list[dict[str, Any]], stop: dict[str, Any],
              usage: dict[str, Any]) -> dict[str, Any]:
     return {"id": id, "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": stop_reason, "stop_sequence": None, "usage": usage}
+            **stop, "usage": usage}
 
 
 def message(id: str, model: str, out: ParsedOutput, finish: Finish) -> dict[str, Any]:
@@ -238,7 +244,7 @@ def message(id: str, model: str, out: ParsedOutput, finish: Finish) -> dict[str,
         content.append({"type": "text", "text": out.content})
     content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)}
                 for c in out.tool_calls]
-    return _message(id, model, content, STOP_REASONS[finish.reason], _usage(finish.usage))
+    return _message(id, model, content, _stop(finish), _usage(finish.usage))
 
 
 def _input(arguments: str) -> dict[str, Any]:
@@ -260,7 +266,8 @@ class MessagesStream:
 
     def start(self) -> list[dict[str, Any]]:
         # Cached tokens are known only at the end; message_delta carries the final usage.
-        msg = _message(self.id, self.model, [], None, _usage(Usage(self.prompt_tokens, 0)))
+        msg = _message(self.id, self.model, [], {"stop_reason": None, "stop_sequence": None},
+                       _usage(Usage(self.prompt_tokens, 0)))
         return [{"type": "message_start", "message": msg}, {"type": "ping"}]
 
     def _switch(self, kind: str, block: dict[str, Any]) -> list[dict[str, Any]]:
@@ -304,7 +311,7 @@ class MessagesStream:
 
     def finish(self, fin: Finish) -> list[dict[str, Any]]:
         delta = {"type": "message_delta",
-                 "delta": {"stop_reason": STOP_REASONS[fin.reason], "stop_sequence": None},
+                 "delta": _stop(fin),
                  "usage": _usage(fin.usage)}
         return self._close() + [delta, {"type": "message_stop"}]
 

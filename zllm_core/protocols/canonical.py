@@ -96,3 +96,4 @@ class Finish:
 
     reason: str
     usage: Usage
+    stop_sequence: str | None = None  # the client's stop string that ended the output

@@ -84,7 +84,7 @@ class Generation:
             yield ev
         reason = "tool_calls" if called and last.finish_reason == "stop" else last.finish_reason
         usage = Usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens)
-        yield Finish(reason, usage)
+        yield Finish(reason, usage, last.stop_string)
 
 
 async def collect(events: AsyncIterator[Union[OutputEvent, Finish]]) -> tuple[ParsedOutput, Finish]:
