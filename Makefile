@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml CMakeLists.txt $(wildcard csrc/*)
 	touch $(STAMP)
 
 serve: setup
-	$(VENV)/bin/zllm serve --host 0.0.0.0 --port 8000
+	$(VENV)/bin/zllm serve --port 8000
 
 generate: setup
 	$(VENV)/bin/zllm generate "$(PROMPT)"
