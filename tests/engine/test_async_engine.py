@@ -55,3 +55,36 @@ def test_a_refused_prompt_raises_in_the_stream(async_engine):
 
     with pytest.raises(EngineError, match="at least one token"):
         asyncio.run(main())
+
+
+def test_a_failing_hook_fails_its_request_and_the_others_finish(async_engine):
+    def broken(tokens, row):
+        raise RuntimeError("fence state lost")
+
+    ok = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
+    bad = SamplingParams(max_tokens=3, temperature=0.0, logits_hook=broken)
+
+    async def main():
+        return await asyncio.gather(collect(async_engine, list(range(1000, 1010)), ok),
+                                    collect(async_engine, list(range(2000, 2010)), bad),
+                                    return_exceptions=True)
+
+    good, failed = asyncio.run(main())
+    assert good[-1].finish_reason == "length"
+    assert isinstance(failed, EngineError) and not failed.refused and "fence state lost" in str(failed)
+    assert async_engine.engine.pool.is_empty()
+
+
+def test_an_explicit_abort_ends_the_stream_with_abort(async_engine):
+    params = SamplingParams(max_tokens=10_000, temperature=0.0, ignore_eos=True)
+
+    async def main():
+        events = []
+        async for ev in async_engine.generate(list(range(1000, 1010)), params, request_id="stop-me"):
+            events.append(ev)
+            if len(events) == 2:
+                async_engine.abort("stop-me")
+        return events
+
+    events = asyncio.run(main())
+    assert events[-1].finish_reason == "abort"

@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from zllm_core.engine.sampler import sample
+from zllm_core.engine.sampler import apply_hooks, sample
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.engine.sequence import Sequence
 
@@ -43,7 +43,26 @@ def test_greedy_rows_and_hooks_in_one_batch():
     def forbid_best(tokens, row):
         row[3] = float("-inf")
     rows = LOGITS.repeat(2, 1)
-    assert sample(rows, [seq(temperature=0.0), seq(temperature=0.0, logits_hook=forbid_best)]) == [3, 2]
+    seqs = [seq(temperature=0.0), seq(temperature=0.0, logits_hook=forbid_best)]
+    assert apply_hooks(rows, seqs) == {}
+    assert sample(rows, seqs) == [3, 2]
+
+
+def test_a_failing_hook_fails_only_its_row():
+    def broken(tokens, row):
+        raise RuntimeError("fence state lost")
+    failed = apply_hooks(LOGITS.repeat(2, 1), [seq(), seq(logits_hook=broken)])
+    assert list(failed) == [1] and "fence state lost" in str(failed[1])
+
+
+def test_a_fully_masked_row_falls_back_to_argmax_instead_of_the_last_row():
+    rows = torch.full((1, 4), float("-inf"))
+    assert sample(rows, [seq(temperature=1.0)]) == [0]
+
+
+def test_a_vanishing_temperature_is_greedy():
+    assert seq(temperature=1e-40).params.greedy
+    assert sample(LOGITS.clone(), [seq(temperature=1e-40)]) == [3]
 
 
 def test_per_request_seed_fixes_the_draws():

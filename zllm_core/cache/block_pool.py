@@ -56,6 +56,10 @@ class BlockPool:
         return self.layout.block_size
 
     @property
+    def capacity_tokens(self) -> int:
+        return self.num_blocks * self.layout.block_size
+
+    @property
     def num_free(self) -> int:
         return len(self._free)
 

@@ -94,7 +94,9 @@ class PrefixCache:
         ``count`` is false when a preempted or deferred request matches again, so the
         hit-rate counters see each request once."""
         usable = (len(tokens) - 1) // self.block_size  # full blocks before the final token
-        found = self._match_by_id(tokens, request, usable) or self._match_longest(tokens, request, usable)
+        # Diagnostics run once per request, not again when a deferred request re-matches.
+        found = (self._match_by_id(tokens, request, usable, count)
+                 or self._match_longest(tokens, request, usable, count))
         keys, blocks, kind, parent = found
         self.index.adopt(blocks)
         self._live[request_id] = _Live(request, keys[:len(blocks)], len(blocks), parent)
@@ -106,28 +108,29 @@ class PrefixCache:
             self.stats.lookups[kind] += 1
         return PrefixMatch(blocks, n, kind)
 
-    def _match_by_id(self, tokens, request: CacheRequest, usable: int):
+    def _match_by_id(self, tokens, request: CacheRequest, usable: int, diagnose: bool):
         if request.cache_id is None:
             return None
         session = self.sessions.latest(request.scope, request.cache_id)
         if session is None:
             return None
         shared = common_prefix(session.tokens, tokens)
-        self._check_near_miss(tokens, session, shared)
         keys = list(session.keys[:min(shared // self.block_size, usable)])
         blocks = self.index.lookup(keys)
         if not blocks:
-            return None
+            return None  # the longest-prefix path looks again (and diagnoses)
+        if diagnose:
+            self._check_near_miss(tokens, session, shared)
         return keys, blocks, "exact_id", session
 
-    def _match_longest(self, tokens, request: CacheRequest, usable: int):
+    def _match_longest(self, tokens, request: CacheRequest, usable: int, diagnose: bool):
         keys = self.keys(tokens[:usable * self.block_size], request.scope)
         blocks = self.index.lookup(keys)
         # The resident session sharing the most is this request's parent, and the one a
         # fork would be diagnosed against.
         shared, parent = max(((self._shared_with(s, tokens, keys), s) for s in self.sessions.recent(request.scope)),
                              key=lambda pair: pair[0], default=(0, None))
-        if parent is not None:
+        if parent is not None and diagnose:
             self._check_near_miss(tokens, parent, shared)
         return keys, blocks, ("longest_prefix" if blocks else "cold"), parent if blocks else None
 

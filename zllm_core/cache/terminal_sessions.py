@@ -24,6 +24,8 @@ class TerminalSession:
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    # Slices compare at C speed only between equal types (an array never equals a list).
+    a, b = (x if isinstance(x, array) else array("i", x) for x in (a, b))
     n = min(len(a), len(b))
     i = 0
     step = 4096  # compare in slices: C-speed equality, Python only at the divergence

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import queue
 import threading
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from typing import AsyncIterator, Optional
 from zllm_core.cache.scope import CacheHint
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine, RequestOutput
 from zllm_core.engine.sampling_params import SamplingParams
+
+log = logging.getLogger("zllm.engine")
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,12 @@ class GenerationEvent:
 
 
 class EngineError(RuntimeError):
-    """A request the engine refused (bad prompt, bad parameters) or a failed step."""
+    """A request the engine refused (``refused``: bad prompt or parameters, the client's
+    fault) or one that failed while running (the server's)."""
+
+    def __init__(self, message: str, refused: bool):
+        super().__init__(message)
+        self.refused = refused
 
 
 class AsyncEngine:
@@ -63,6 +71,10 @@ class AsyncEngine:
                        request_id: Optional[str] = None,
                        cache: Optional[CacheHint] = CacheHint()) -> AsyncIterator[GenerationEvent]:
         rid = request_id or f"req-{next(self._ids)}"
+        if self._closed:
+            raise EngineError("the engine is shut down", refused=False)
+        if rid in self._sinks:
+            raise EngineError(f"request id {rid!r} is already running", refused=True)
         sink: asyncio.Queue = asyncio.Queue()
         self._sinks[rid] = (asyncio.get_running_loop(), sink)
         self._submit(("add", rid, list(prompt_ids), params, cache))
@@ -98,18 +110,22 @@ class AsyncEngine:
 
     def _loop(self) -> None:
         while not self._closed:
-            self._drain_commands()
-            if not self.engine.has_unfinished():
-                self._wake.wait(timeout=0.5)
-                self._wake.clear()
-                continue
             try:
-                outputs = self.engine.step()
-            except Exception as exc:  # a failed step must not strand waiting clients
-                self._fail_all(exc)
-                continue
-            for out in outputs:
-                self._deliver(out.request_id, _event(out))
+                self._turn()
+            except Exception as exc:  # noqa: BLE001 - the thread must outlive any one failure
+                log.exception("engine step failed")
+                self._fail_all(f"engine step failed: {exc}")
+        self._fail_all("the engine is shutting down")
+
+    def _turn(self) -> None:
+        self._drain_commands()
+        if not self.engine.has_unfinished():
+            self._wake.wait(timeout=0.5)
+            self._wake.clear()
+            return
+        for out in self.engine.step():
+            item = EngineError(out.error, refused=False) if out.error else _event(out)
+            self._deliver(out.request_id, item)
 
     def _drain_commands(self) -> None:
         while True:
@@ -122,19 +138,26 @@ class AsyncEngine:
                 try:
                     self.engine.add_request(rid, prompt_ids, params, cache)
                 except ValueError as exc:
-                    self._deliver(rid, EngineError(str(exc)))
+                    self._deliver(rid, EngineError(str(exc), refused=True))
             else:
-                self.engine.abort(command[1])
+                out = self.engine.abort(command[1])
+                if out is not None:
+                    self._deliver(out.request_id, _event(out))
 
-    def _fail_all(self, exc: Exception) -> None:
-        for rid in self.engine.abort_all():
-            self._deliver(rid, EngineError(f"engine step failed: {exc}"))
+    def _fail_all(self, message: str) -> None:
+        self.engine.abort_all()
+        for rid in list(self._sinks):
+            self._deliver(rid, EngineError(message, refused=False))
 
     def _deliver(self, rid: str, item) -> None:
         target = self._sinks.get(rid)
-        if target is not None:
-            loop, sink = target
+        if target is None:
+            return
+        loop, sink = target
+        try:
             loop.call_soon_threadsafe(sink.put_nowait, item)
+        except RuntimeError:  # that client's event loop is gone; nobody is waiting
+            self._sinks.pop(rid, None)
 
 
 def _event(out: RequestOutput) -> GenerationEvent:

@@ -16,7 +16,7 @@ from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
 from zllm_core.cache.scope import CacheHint, Scope, model_manifest, tokenizer_manifest
 from zllm_core.engine.detokenizer import StreamDetokenizer
 from zllm_core.engine.model_runner import ModelRunner
-from zllm_core.engine.sampler import sample
+from zllm_core.engine.sampler import apply_hooks, sample
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.engine.scheduler import Scheduler, SchedulerConfig
 from zllm_core.engine.sequence import Sequence, Status
@@ -45,6 +45,7 @@ class RequestOutput:
     text: str  # newly released text
     finish_reason: Optional[str]  # "stop" | "length" | "abort" once finished
     stop_string: Optional[str]  # which stop string ended it, if one did
+    error: Optional[str]  # set when the request failed (its logits hook raised)
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
@@ -118,10 +119,10 @@ class LLMEngine:
             raise ValueError(f"prompt has {len(prompt_ids)} tokens; the context length is "
                              f"{self.max_model_len} and at least one token must be generated")
         vocab = self.model.config.vocab_size
-        bad = next((t for t in prompt_ids if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise ValueError(f"prompt token id {bad} is outside the vocabulary (size {vocab})")
-        capacity = self.pool.num_blocks * self.pool.block_size
+        lo, hi = min(prompt_ids), max(prompt_ids)
+        if lo < 0 or hi >= vocab:
+            raise ValueError(f"prompt token id {lo if lo < 0 else hi} is outside the vocabulary (size {vocab})")
+        capacity = self.pool.capacity_tokens
         if len(prompt_ids) >= capacity:
             raise ValueError(f"prompt has {len(prompt_ids)} tokens; the KV cache holds {capacity}")
 
@@ -156,8 +157,14 @@ class LLMEngine:
                 self.cache.commit(seq.request_id, seq.token_ids, seq.block_table, seq.num_computed)
         sampled = [c.seq for c in batch.chunks if c.samples]
         logits[:, self.sampleable:] = float("-inf")
+        failed = apply_hooks(logits, sampled)
         tokens = sample(logits, sampled)
-        return [self._append(seq, tok) for seq, tok in zip(sampled, tokens)]
+        return [self._fail(seq, failed[i]) if i in failed else self._append(seq, tok)
+                for i, (seq, tok) in enumerate(zip(sampled, tokens))]
+
+    def _fail(self, seq: Sequence, exc: Exception) -> RequestOutput:
+        self.scheduler.finish(seq, "abort")
+        return self._output(seq, [], "", error=f"{type(exc).__name__}: {exc}")
 
     def _append(self, seq: Sequence, token: int) -> RequestOutput:
         seq.token_ids.append(token)
@@ -181,15 +188,15 @@ class LLMEngine:
             return "stop_token"
         if seq.num_output >= p.max_tokens or seq.num_tokens >= self.max_model_len:
             return "length"
-        if seq.num_tokens >= self.pool.num_blocks * self.pool.block_size:
+        if seq.num_tokens >= self.pool.capacity_tokens:
             return "length"  # the sequence alone would fill the KV cache
         return None
 
-    def _output(self, seq: Sequence, new: list[int], text: str) -> RequestOutput:
+    def _output(self, seq: Sequence, new: list[int], text: str, error: Optional[str] = None) -> RequestOutput:
         detok = self._detok.get(seq.request_id)
         stop_string = detok.stopped if detok is not None else None
         if seq.status is Status.FINISHED:
             self._seqs.pop(seq.request_id, None)
             self._detok.pop(seq.request_id, None)
-        return RequestOutput(seq.request_id, new, text, seq.finish_reason, stop_string,
+        return RequestOutput(seq.request_id, new, text, seq.finish_reason, stop_string, error,
                              seq.prompt_len, seq.num_cached, seq.num_output)

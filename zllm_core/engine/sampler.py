@@ -29,11 +29,20 @@ def _uniforms(seqs: list[Sequence], device: torch.device) -> torch.Tensor:
     return u
 
 
-def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
-    """``logits`` is fp32 ``[len(seqs), vocab]``; it is modified in place by hooks."""
+def apply_hooks(logits: torch.Tensor, seqs: list[Sequence]) -> dict[int, Exception]:
+    """Run each request's hook on its row in place; a failing hook fails its row only."""
+    failed = {}
     for i, seq in enumerate(seqs):
         if seq.params.logits_hook is not None:
-            seq.params.logits_hook(seq.token_ids, logits[i])
+            try:
+                seq.params.logits_hook(seq.token_ids, logits[i])
+            except Exception as exc:  # noqa: BLE001 - a request's hook must not end the batch
+                failed[i] = exc
+    return failed
+
+
+def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
+    """``logits`` is fp32 ``[len(seqs), vocab]`` after hooks; one token per row."""
     out = logits.argmax(dim=-1)
     rows = [i for i, s in enumerate(seqs) if not s.params.greedy]
     if rows:
@@ -47,5 +56,8 @@ def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
         # Inverse CDF: one uniform per row (cheap to seed per request), one cumsum per batch.
         cdf = x.softmax(dim=-1).double().cumsum(dim=-1)
         target = (_uniforms(sub, logits.device) * cdf[:, -1])[:, None]
-        out[idx] = torch.searchsorted(cdf, target).squeeze(1).clamp(max=cdf.shape[-1] - 1)
+        # right=True: a draw of exactly 0 must not land on a zero-probability token.
+        drawn = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp(max=cdf.shape[-1] - 1)
+        # A row with no finite mass (a hook masked everything) falls back to its argmax.
+        out[idx] = torch.where(torch.isfinite(cdf[:, -1]) & (cdf[:, -1] > 0), drawn, out[idx])
     return out.tolist()

@@ -39,4 +39,5 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        # Below this, dividing logits by the temperature overflows: it is argmax anyway.
+        return self.temperature < 1e-5

@@ -72,10 +72,9 @@ class Generation:
                         recorder.see(ev)
                         yield ev
         except EngineError as exc:
-            # Before any output the engine refused the request; after, a step failed under it.
-            refused = last is None
-            raise RequestError(str(exc), status=400 if refused else 500,
-                               code=None if refused else "engine_error") from None
+            # A refusal is the client's request (400); a failure while running is ours (500).
+            raise RequestError(str(exc), status=400 if exc.refused else 500,
+                               code=None if exc.refused else "engine_error") from None
         finally:
             self.running -= 1
         for ev in parser.finish():
