@@ -34,3 +34,10 @@ def test_padding_rows_of_the_output_head_are_never_sampled(llm):
     params = SamplingParams(max_tokens=16, temperature=1.0, seed=3, logits_hook=favour_padding)
     (out,) = llm.generate("x", params)
     assert max(out.token_ids) < vocab
+
+
+def test_a_refused_prompt_in_a_batch_leaves_nothing_queued(llm):
+    with pytest.raises(ValueError, match="at least one token"):
+        llm.generate([[1000, 1001], []], SamplingParams(max_tokens=2))
+    assert not llm.engine.has_unfinished()
+    assert llm.generate("ok", SamplingParams(max_tokens=2, temperature=0.0))[0].finish_reason == "length"

@@ -38,8 +38,15 @@ class LLM:
         params = params or SamplingParams()
         encoded = [self.encode(p) for p in prompts]
         order = [f"llm-{next(self._ids)}" for _ in encoded]
-        for rid, ids in zip(order, encoded):
-            self.engine.add_request(rid, ids, replace(params))
+        added = []
+        try:
+            for rid, ids in zip(order, encoded):
+                self.engine.add_request(rid, ids, replace(params))
+                added.append(rid)
+        except ValueError:
+            for rid in added:  # all or nothing: no orphan requests left queued
+                self.engine.abort(rid)
+            raise
         tokens = {rid: [] for rid in order}
         texts = {rid: [] for rid in order}
         done = {}
