@@ -100,7 +100,6 @@ class Scheduler:
         if batch:
             self._last_was_prefill = True
             return batch
-        decoding = [s for s in self.running if s.num_uncomputed == 1]
         return self._schedule_decode(decoding) if decoding else None
 
     def finish(self, seq: Sequence, reason: str) -> None:
