@@ -89,3 +89,17 @@ def test_finish_anywhere_frees_every_block():
     for s in seqs:
         sched.finish(s, "abort")
     assert pool.is_empty() and not sched.has_work()
+
+
+def test_admission_keeps_a_block_free_for_each_decoding_sequence():
+    pool = BlockPool(LAYOUT, 4)
+    sched = Scheduler(pool, SchedulerConfig())
+    first = make_seq(0, 3)
+    sched.add(first)
+    advance(sched.schedule())  # prefill: one block, 4 tokens
+    late = make_seq(1, 12)  # would take the last three blocks
+    sched.add(late)
+    advance(sched.schedule())  # decode round for first: 5 tokens, its next step needs block 2
+    batch = sched.schedule()
+    assert batch.is_decode and [c.seq for c in batch.chunks] == [first]
+    assert late in sched.waiting and not late.block_table and sched.num_preemptions == 0

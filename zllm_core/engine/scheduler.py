@@ -100,6 +100,7 @@ class Scheduler:
         if batch:
             self._last_was_prefill = True
             return batch
+        decoding = [s for s in self.running if s.num_uncomputed == 1]
         return self._schedule_decode(decoding) if decoding else None
 
     def finish(self, seq: Sequence, reason: str) -> None:
@@ -130,9 +131,10 @@ class Scheduler:
             self.cache.evict(short)
         return self.pool.num_free >= n
 
-    def _grow(self, seq: Sequence, upto: int) -> bool:
+    def _grow(self, seq: Sequence, upto: int, reserve: int = 0) -> bool:
+        """Give ``seq`` blocks up to token ``upto``, leaving ``reserve`` blocks free after."""
         need = seq.blocks_needed(upto, self.pool.block_size)
-        if need and not self._ensure_free(need):
+        if need and not self._ensure_free(need + reserve):
             return False
         seq.block_table += self.pool.allocate(need)
         return True
@@ -199,7 +201,10 @@ class Scheduler:
                 seq.num_cached = hit.num_tokens
                 seq.matched = True
         length = min(seq.num_uncomputed, budget)
-        if not self._grow(seq, seq.num_computed + length):
+        # Admitting new work keeps one block per decoding sequence free, so the next
+        # decode round grows without preempting what was just admitted.
+        reserve = sum(s.num_uncomputed == 1 for s in self.running) if seq.status is Status.WAITING else 0
+        if not self._grow(seq, seq.num_computed + length, reserve):
             if seq.status is Status.WAITING:
                 self._release(seq)  # not admitted: hold nothing while waiting
             return None
