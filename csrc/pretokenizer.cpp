@@ -55,11 +55,8 @@ class Scanner {
 
   size_t piece_end(size_t i) const {
     if (g_.digits_only) return digit_split_end(i);
-    if (g_.letters == Grammar::kAnyPrefixed) {  // ASCII fast path of the commonest pieces
-      const uint8_t b = s_[i];
-      if (ascii_[b] & kLetters) return run(i + 1, kLetters);
-      if (b != '\'' && (ascii_[b] & kPrefix) && i + 1 < n_ && (ascii_[s_[i + 1]] & kLetters)) return run(i + 2, kLetters);
-    }
+    if (g_.letters != Grammar::kCased && ascii_[s_[i]] && (i + 1 == n_ || s_[i + 1] < 0x80) && s_[i] != '\'')
+      return ascii_piece_end(i);
     const CharClass c0 = cls(i);
     const size_t next = i + utf8_len(s_[i]);
     if (s_[i] == '\'' && (g_.contractions == Grammar::kPrefixCaseSensitive ||
@@ -155,11 +152,29 @@ class Scanner {
 
   size_t punctuation(size_t i) const {  // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
     size_t j = (g_.punct_space_prefix && s_[i] == ' ') ? i + 1 : i;
-    if (!in(j, kPunct)) return 0;
+    return in(j, kPunct) ? punct_run(j) : 0;
+  }
+  size_t punct_run(size_t j) const {
     size_t e = run(j, kPunct);
     if (g_.punct_newlines)
       while (e < n_ && (s_[e] == '\r' || s_[e] == '\n' || (g_.punct_slash && s_[e] == '/'))) ++e;
     return e;
+  }
+
+  // The same alternatives as piece_end (for the uncased letter rules) when the character is
+  // ASCII but not an apostrophe and is followed by ASCII or the end: the two characters'
+  // classes decide, with fewer branches than the general path.
+  size_t ascii_piece_end(size_t i) const {
+    const uint32_t c = ascii_[s_[i]], next = i + 1 < n_ ? ascii_[s_[i + 1]] : 0;
+    const bool space = s_[i] == ' ';
+    const uint32_t prefix = g_.letters == Grammar::kAnyPrefixed ? kPrefix : 0;
+    if (c & kLetters) return run(i + 1, kLetters);
+    if (((c & prefix) || space) && (next & kLetters)) return run(i + 2, kLetters);
+    if (c & bit(kNum)) return digits(i);
+    if (g_.digit_space_prefix && space && (next & bit(kNum))) return digits(i);
+    if (c & kPunct) return punct_run(i);
+    if (g_.punct_space_prefix && space && (next & kPunct)) return punct_run(i + 1);
+    return spaces(i);
   }
 
   // `\s+$`, `\s*[\r\n]+`, `\s+(?!\S)`, `\s` in that order, decided by run-level facts: where
