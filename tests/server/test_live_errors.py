@@ -90,6 +90,26 @@ def test_oversized_body_is_413(server):
     assert openai_error(post(server, CHAT, big), 413)
 
 
+def chunked(data: bytes):
+    # A generator body: httpx sends it chunked, without a content-length to check up front.
+    step = 1 << 16
+    for i in range(0, len(data), step):
+        yield data[i:i + step]
+
+
+def test_oversized_chunked_body_is_413_in_each_shape(server):
+    big = json.dumps({"model": MODEL, "max_tokens": 4, "messages": [
+        {"role": "user", "content": "x" * MAX_BODY_BYTES}]}).encode()
+    for path in (CHAT, MESSAGES):
+        r = httpx.post(server.url + path, content=chunked(big), timeout=60,
+                       headers={"content-type": "application/json", **AUTH})
+        assert "content-length" not in r.request.headers
+        if path == CHAT:
+            assert "exceeds the limit" in openai_error(r, 413)["message"]
+        else:
+            assert anthropic_error(r, 413)["type"] == "request_too_large"
+
+
 def test_unknown_response_is_404(server):
     r = httpx.get(server.url + "/v1/responses/resp_nope", headers=AUTH)
     assert openai_error(r, 404)["code"] == "not_found"
