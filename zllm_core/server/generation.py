@@ -7,6 +7,7 @@ its blocks.
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Union
 
@@ -17,6 +18,8 @@ from zllm_core.protocols.canonical import (
 )
 from zllm_core.server.prompt import Prompt, PromptBuilder
 from zllm_core.server.tool_call_memory import ToolCallMemory
+
+log = logging.getLogger("zllm.server")
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,8 @@ async def encoded(encoder: Any, events: AsyncIterator[Union[OutputEvent, Finish]
     """A protocol encoder (start / event / finish / error) run over a generation's events.
 
     The opening payloads wait for the first event, so a request the engine refuses fails
-    before anything is sent; a failure after that becomes the protocol's in-stream error.
+    before anything is sent; a failure after that, ours included (a parser bug), becomes the
+    protocol's in-stream error, so every stream ends with its closing event.
     """
     started = False
     try:
@@ -111,7 +115,10 @@ async def encoded(encoder: Any, events: AsyncIterator[Union[OutputEvent, Finish]
             payloads += encoder.finish(ev) if isinstance(ev, Finish) else encoder.event(ev)
             for payload in payloads:
                 yield payload
-    except RequestError as exc:
+    except Exception as exc:
         if not started:
             raise
+        if not isinstance(exc, RequestError):
+            log.exception("generation failed mid-stream")
+            exc = RequestError("internal server error", status=500, code="internal_error")
         yield encoder.error(exc)
