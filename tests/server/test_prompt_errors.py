@@ -1,4 +1,6 @@
 """A chat template that refuses a conversation (its raise_exception) is the client's 400."""
+import asyncio
+
 import pytest
 
 from zllm_core.dialects import ChatTemplate, Message, dialect_named
@@ -26,12 +28,12 @@ def request(*messages: Message) -> CanonicalRequest:
 
 def test_template_raise_exception_is_a_400_naming_messages(generation):
     with pytest.raises(RequestError) as info:
-        generation.admit(request(Message(role="user", content="hi")))
+        asyncio.run(generation.admit(request(Message(role="user", content="hi"))))
     assert info.value.status == 400 and info.value.param == "messages"
     assert "must start with a system message" in info.value.message
 
 
 def test_a_conversation_the_template_accepts_is_admitted(generation):
-    admitted = generation.admit(request(Message(role="system", content="be brief"),
-                                        Message(role="user", content="hi")))
+    admitted = asyncio.run(generation.admit(request(Message(role="system", content="be brief"),
+                                                    Message(role="user", content="hi"))))
     assert admitted.prompt.text == "be briefhi"

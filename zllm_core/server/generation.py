@@ -6,6 +6,7 @@ its blocks.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, replace
@@ -42,8 +43,13 @@ class Generation:
         self.running = 0  # engine streams open now (/health reports it)
         self.calls = ToolCallMemory()
 
-    def admit(self, req: CanonicalRequest) -> Admitted:
-        prompt = self.prompts.build(req)
+    async def prompt(self, req: CanonicalRequest) -> Prompt:
+        """The request's prompt, rendered and tokenized off the event loop: a 1M-character
+        conversation must not stall every other stream (the tokenizer releases the GIL)."""
+        return await asyncio.to_thread(self.prompts.build, req)
+
+    async def admit(self, req: CanonicalRequest) -> Admitted:
+        prompt = await self.prompt(req)
         ids = prompt.token_ids
         room = self.limits.max_model_len - len(ids)
         if room < 1:
