@@ -128,3 +128,19 @@ def test_a_client_that_disconnects_mid_stream_frees_its_request(server):
             return
         time.sleep(0.05)
     pytest.fail("the abandoned request kept running")
+
+
+def test_an_explicit_zero_top_p_is_a_400_naming_top_p_in_each_protocol(server):
+    chat = {"model": MODEL, "messages": USER, "top_p": 0}
+    assert openai_error(post(server, CHAT, chat), 400)["param"] == "top_p"
+    responses = {"model": MODEL, "input": "hi", "top_p": 0}
+    assert openai_error(post(server, "/v1/responses", responses), 400)["param"] == "top_p"
+    messages = {"model": MODEL, "max_tokens": 4, "messages": USER, "top_p": 0}
+    assert "top_p" in anthropic_error(post(server, MESSAGES, messages), 400)["message"]
+
+
+def test_sampling_validation_names_the_protocols_field(server):
+    err = openai_error(post(server, CHAT, {"model": MODEL, "messages": USER, "stop": [""]}), 400)
+    assert err["param"] == "stop" and "non-empty" in err["message"]
+    body = {"model": MODEL, "max_tokens": 4, "messages": USER, "stop_sequences": [""]}
+    assert "non-empty" in anthropic_error(post(server, MESSAGES, body), 400)["message"]
