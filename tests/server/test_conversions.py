@@ -62,7 +62,8 @@ def test_codex_shape_expands_namespaces_and_skips_hosted_tools():
     ("chat", {"model": "m", "messages": [{"role": "user", "content": "x"}],
               "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
     ("messages", {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
-                  "stop_sequences": [""]}, None),
+                  "stop_sequences": [""]}, "stop_sequences"),
+    ("chat", {"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": [""]}, "stop"),
 ])
 def test_unsupported_content_is_rejected_naming_the_field(protocol, body, param):
     with pytest.raises(RequestError) as err:

@@ -1,5 +1,7 @@
 """The prefix cache seen through the server: an agent loop's cached tokens grow every turn,
-and a fork in the re-rendered history shows up in the near-miss log."""
+and a fork in the re-rendered history shows up in the near-miss log; /metrics counts it all."""
+import httpx
+
 from .conftest import MODEL
 from .shapes import WEATHER
 
@@ -38,3 +40,19 @@ def test_a_forked_history_is_logged_as_a_near_miss(server, openai_client):
     assert hit > 1024
     log = server.log.read_text()
     assert "near-miss" in log and "Explain the build!" in log
+
+
+def test_metrics_count_a_repeated_prompt_as_cached(server, openai_client):
+    before = httpx.get(server.url + "/metrics", timeout=10).json()  # open, like /health
+    history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Metrics, please."}]
+    ask(openai_client, history)
+    _, hit = ask(openai_client, history)
+    after = httpx.get(server.url + "/metrics", timeout=10).json()
+    cache, blocks = after["cache"], after["blocks"]
+    assert hit > 0 and cache["cached_tokens"] - before["cache"]["cached_tokens"] >= hit
+    assert cache["requests"] - before["cache"]["requests"] == 2
+    assert sum(cache["lookups"].values()) > sum(before["cache"]["lookups"].values())
+    assert 0 < cache["token_hit_rate"] <= 1 and cache["indexed_blocks"] > 0
+    assert blocks["free"] + blocks["used"] == blocks["total"] and blocks["allocated_bytes"] > 0
+    assert after["requests_running"] == after["requests_waiting"] == 0
+    assert isinstance(after["num_preemptions"], int) and isinstance(cache["evictions"], int)

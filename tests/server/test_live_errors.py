@@ -90,6 +90,26 @@ def test_oversized_body_is_413(server):
     assert openai_error(post(server, CHAT, big), 413)
 
 
+def chunked(data: bytes):
+    # A generator body: httpx sends it chunked, without a content-length to check up front.
+    step = 1 << 16
+    for i in range(0, len(data), step):
+        yield data[i:i + step]
+
+
+def test_oversized_chunked_body_is_413_in_each_shape(server):
+    big = json.dumps({"model": MODEL, "max_tokens": 4, "messages": [
+        {"role": "user", "content": "x" * MAX_BODY_BYTES}]}).encode()
+    for path in (CHAT, MESSAGES):
+        r = httpx.post(server.url + path, content=chunked(big), timeout=60,
+                       headers={"content-type": "application/json", **AUTH})
+        assert "content-length" not in r.request.headers
+        if path == CHAT:
+            assert "exceeds the limit" in openai_error(r, 413)["message"]
+        else:
+            assert anthropic_error(r, 413)["type"] == "request_too_large"
+
+
 def test_unknown_response_is_404(server):
     r = httpx.get(server.url + "/v1/responses/resp_nope", headers=AUTH)
     assert openai_error(r, 404)["code"] == "not_found"
@@ -108,3 +128,19 @@ def test_a_client_that_disconnects_mid_stream_frees_its_request(server):
             return
         time.sleep(0.05)
     pytest.fail("the abandoned request kept running")
+
+
+def test_an_explicit_zero_top_p_is_a_400_naming_top_p_in_each_protocol(server):
+    chat = {"model": MODEL, "messages": USER, "top_p": 0}
+    assert openai_error(post(server, CHAT, chat), 400)["param"] == "top_p"
+    responses = {"model": MODEL, "input": "hi", "top_p": 0}
+    assert openai_error(post(server, "/v1/responses", responses), 400)["param"] == "top_p"
+    messages = {"model": MODEL, "max_tokens": 4, "messages": USER, "top_p": 0}
+    assert "top_p" in anthropic_error(post(server, MESSAGES, messages), 400)["message"]
+
+
+def test_sampling_validation_names_the_protocols_field(server):
+    err = openai_error(post(server, CHAT, {"model": MODEL, "messages": USER, "stop": [""]}), 400)
+    assert err["param"] == "stop" and "non-empty" in err["message"]
+    body = {"model": MODEL, "max_tokens": 4, "messages": USER, "stop_sequences": [""]}
+    assert "non-empty" in anthropic_error(post(server, MESSAGES, body), 400)["message"]

@@ -125,10 +125,10 @@ def test_responses_validator_rejects_gapped_sequence_numbers():
         validate_responses_stream(events)
 
 
-async def failing_after(events):
+async def failing_after(events, error=RequestError("engine step failed")):
     for ev in events:
         yield ev
-    raise RequestError("engine step failed")
+    raise error
 
 
 @pytest.mark.parametrize("make", [
@@ -145,3 +145,22 @@ def test_a_failure_before_any_output_raises_and_after_it_becomes_an_error_event(
     last = payloads[-1]
     assert last.get("type") == "error" or "error" in last
     assert "engine step failed" in json.dumps(last)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: oc.ChatStream("c", "m", include_usage=False),
+    lambda: am.MessagesStream("msg", "m", 10),
+    lambda: ResponsesStream(responses_request(), "r", "m"),
+])
+def test_an_internal_failure_mid_stream_ends_the_stream_with_a_500_class_error(make, caplog):
+    async def drain(events):
+        bug = KeyError("parser bug")
+        return [p async for p in encoded(make(), failing_after(events, bug))]
+    with pytest.raises(KeyError):
+        asyncio.run(drain([]))
+    with caplog.at_level("ERROR", logger="zllm.server"):
+        payloads = asyncio.run(drain([TextDelta("partial")]))
+    last = payloads[-1]
+    assert last.get("type") == "error" or "error" in last
+    assert "internal server error" in json.dumps(last) and "parser bug" not in json.dumps(last)
+    assert any("parser bug" in (r.exc_text or "") for r in caplog.records)

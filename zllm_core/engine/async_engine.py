@@ -11,7 +11,7 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass
-from typing import AsyncIterator, Optional
+from typing import Any, AsyncIterator, Optional
 
 from zllm_core.cache.scope import CacheHint
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine, RequestOutput
@@ -66,6 +66,10 @@ class AsyncEngine:
     @property
     def max_model_len(self) -> int:
         return self.engine.max_model_len
+
+    def metrics(self) -> dict[str, Any]:
+        """The engine's counters, read from the caller's thread (see LLMEngine.metrics)."""
+        return self.engine.metrics()
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams,
                        request_id: Optional[str] = None,

@@ -142,6 +142,28 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return bool(self._seqs)
 
+    def metrics(self) -> dict[str, Any]:
+        """Scheduler, pool and prefix-cache counters. Safe to call from another thread without
+        locks: it reads ints, and copies the lookups Counter in one C-level dict merge."""
+        pool, free = self.pool, self.pool.num_free  # one read, so free + used == total
+        out: dict[str, Any] = {
+            "requests_running": len(self.scheduler.running),
+            "requests_waiting": len(self.scheduler.waiting),
+            "num_preemptions": self.scheduler.num_preemptions,
+            "blocks": {"total": pool.num_blocks, "free": free, "used": pool.num_blocks - free,
+                       "allocated_bytes": pool.allocated_bytes},
+            "cache": None,
+        }
+        if self.cache is not None:
+            stats = self.cache.stats
+            out["cache"] = {
+                "requests": stats.requests, "prompt_tokens": stats.prompt_tokens,
+                "cached_tokens": stats.cached_tokens, "token_hit_rate": stats.token_hit_rate,
+                "lookups": dict(stats.lookups), "near_misses": stats.near_misses,
+                "evictions": self.cache.index.num_evicted, "indexed_blocks": len(self.cache.index),
+            }
+        return out
+
     # -- the step ---------------------------------------------------------------------
 
     @torch.inference_mode()

@@ -201,9 +201,8 @@ def to_canonical(req: CountTokensRequest,
              for t in req.tools or [] if t.type in (None, "custom")]
     params = sampling()
     if isinstance(req, MessagesRequest):
-        params = sampling(
-            temperature=1.0 if req.temperature is None else req.temperature,
-            top_p=req.top_p or 1.0, top_k=req.top_k or 0, stop=list(req.stop_sequences or []))
+        params = sampling({"stop": "stop_sequences"}, temperature=req.temperature,
+                          top_p=req.top_p, top_k=req.top_k, stop=req.stop_sequences)
     return CanonicalRequest(
         messages=messages, tools=tools, sampling=params, tool_choice=_tool_choice(req),
         stream=bool(getattr(req, "stream", False)), thinking=_thinking(req.thinking),

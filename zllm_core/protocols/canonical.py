@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 from zllm_core.dialects.conversation import FunctionTool, Message, ToolCall
 from zllm_core.dialects.events import (
@@ -48,12 +48,17 @@ class RequestError(Exception):
         self.message, self.param, self.status, self.code = message, param, status, code
 
 
-def sampling(**fields) -> SamplingParams:
-    """SamplingParams from request fields; its own validation failures become 400s."""
+def sampling(aliases: dict[str, str] | None = None, **fields: Any) -> SamplingParams:
+    """SamplingParams from request fields, where None (left out) takes SamplingParams' default
+    and an explicit 0 stays 0. Its own validation failures become 400s naming the field, by the
+    protocol's name for it where `aliases` gives one."""
+    given = {k: v for k, v in fields.items() if v is not None}
     try:
-        return SamplingParams(**fields)
+        return SamplingParams(**given)
     except ValueError as exc:
-        raise RequestError(str(exc)) from None
+        field = str(exc).split(" ", 1)[0]  # SamplingParams' messages start with the field's name
+        param = (aliases or {}).get(field, field) if field in given else None
+        raise RequestError(str(exc), param=param) from None
 
 
 @dataclass(frozen=True)

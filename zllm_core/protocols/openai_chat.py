@@ -135,8 +135,7 @@ def _tool_choice(req: ChatRequest) -> ToolChoice:
 
 def to_canonical(req: ChatRequest) -> CanonicalRequest:
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-    params = sampling(temperature=1.0 if req.temperature is None else req.temperature,
-                              top_p=req.top_p or 1.0, seed=req.seed, stop=stop)
+    params = sampling(temperature=req.temperature, top_p=req.top_p, seed=req.seed, stop=stop)
     tools = [FunctionTool(name=t.function.name, description=t.function.description,
                           parameters=t.function.parameters or {}) for t in req.tools or []]
     return CanonicalRequest(

@@ -268,8 +268,7 @@ def to_canonical(req: ResponsesRequest, history: list[Message],
     `chain_key` names the whole previous_response_id chain for the prefix cache."""
     system = [Message(role="system", content=req.instructions)] if req.instructions else []
     tools = function_tools(req)
-    params = sampling(temperature=1.0 if req.temperature is None else req.temperature,
-                      top_p=req.top_p or 1.0)
+    params = sampling(temperature=req.temperature, top_p=req.top_p)
     effort = (req.reasoning or {}).get("effort")
     return CanonicalRequest(
         messages=system + history + input_messages(req), tools=tools, sampling=params,

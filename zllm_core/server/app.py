@@ -32,6 +32,11 @@ def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> Fas
     async def health() -> dict[str, Any]:
         return {"status": "ok", "requests_running": generation.running}
 
+    @app.get("/metrics")
+    async def metrics() -> dict[str, Any]:
+        """The engine's scheduler, KV pool and prefix-cache counters."""
+        return engine.metrics()
+
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         # One body both SDKs read: OpenAI's list fields and Anthropic's page fields.

@@ -18,7 +18,7 @@ router = APIRouter()
 async def chat_completions(body: openai_chat.ChatRequest, request: Request) -> Any:
     rt = runtime(request)
     rt.check_model(body.model)
-    admitted = rt.generation.admit(openai_chat.to_canonical(body))
+    admitted = await rt.generation.admit(openai_chat.to_canonical(body))
     id = new_id("chatcmpl-")
     events = rt.generation.stream(admitted, id, request.state.tenant)
     if not admitted.request.stream:

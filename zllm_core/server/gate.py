@@ -9,10 +9,11 @@ import hashlib
 import json
 from typing import Any, Awaitable, Callable
 
-from zllm_core.protocols.canonical import RequestError
+from starlette.exceptions import HTTPException
+
 from zllm_core.server.errors import error_body
 
-OPEN_PATHS = ("/health",)
+OPEN_PATHS = ("/health", "/metrics")  # counts only: no tenant's data
 
 
 def tenant_for(key: str) -> str:
@@ -29,10 +30,12 @@ def parse_api_keys(specs: list[str]) -> dict[str, str]:
     return keys
 
 
-class BodyTooLarge(RequestError):
+class BodyTooLarge(HTTPException):
+    """An HTTPException because FastAPI re-raises those from body parsing (it turns any other
+    exception there into a generic 400); the error handlers give it the protocol's 413 shape."""
+
     def __init__(self, limit: int):
-        super().__init__(f"request body exceeds the limit of {limit} bytes", status=413,
-                         code="request_too_large")
+        super().__init__(413, f"request body exceeds the limit of {limit} bytes")
 
 
 class Gate:
@@ -49,7 +52,7 @@ class Gate:
         scope.setdefault("state", {})["tenant"] = tenant or ""
         if scope["type"] == "http":
             if int(headers.get("content-length") or 0) > self.max_body_bytes:
-                return await self._reject(scope, send, 413, BodyTooLarge(self.max_body_bytes).message)
+                return await self._reject(scope, send, 413, BodyTooLarge(self.max_body_bytes).detail)
             receive = self._limited(receive)
         await self.app(scope, receive, send)
 

@@ -6,7 +6,9 @@ its blocks.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Union
 
@@ -17,6 +19,8 @@ from zllm_core.protocols.canonical import (
 )
 from zllm_core.server.prompt import Prompt, PromptBuilder
 from zllm_core.server.tool_call_memory import ToolCallMemory
+
+log = logging.getLogger("zllm.server")
 
 
 @dataclass(frozen=True)
@@ -39,8 +43,13 @@ class Generation:
         self.running = 0  # engine streams open now (/health reports it)
         self.calls = ToolCallMemory()
 
-    def admit(self, req: CanonicalRequest) -> Admitted:
-        prompt = self.prompts.build(req)
+    async def prompt(self, req: CanonicalRequest) -> Prompt:
+        """The request's prompt, rendered and tokenized off the event loop: a 1M-character
+        conversation must not stall every other stream (the tokenizer releases the GIL)."""
+        return await asyncio.to_thread(self.prompts.build, req)
+
+    async def admit(self, req: CanonicalRequest) -> Admitted:
+        prompt = await self.prompt(req)
         ids = prompt.token_ids
         room = self.limits.max_model_len - len(ids)
         if room < 1:
@@ -101,7 +110,8 @@ async def encoded(encoder: Any, events: AsyncIterator[Union[OutputEvent, Finish]
     """A protocol encoder (start / event / finish / error) run over a generation's events.
 
     The opening payloads wait for the first event, so a request the engine refuses fails
-    before anything is sent; a failure after that becomes the protocol's in-stream error.
+    before anything is sent; a failure after that, ours included (a parser bug), becomes the
+    protocol's in-stream error, so every stream ends with its closing event.
     """
     started = False
     try:
@@ -111,7 +121,10 @@ async def encoded(encoder: Any, events: AsyncIterator[Union[OutputEvent, Finish]
             payloads += encoder.finish(ev) if isinstance(ev, Finish) else encoder.event(ev)
             for payload in payloads:
                 yield payload
-    except RequestError as exc:
+    except Exception as exc:
         if not started:
             raise
+        if not isinstance(exc, RequestError):
+            log.exception("generation failed mid-stream")
+            exc = RequestError("internal server error", status=500, code="internal_error")
         yield encoder.error(exc)

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jinja2
+
 from zllm_core.dialects import ChatTemplate, DsmlPrompt, StreamParser, prompt_for
-from zllm_core.protocols.canonical import CanonicalRequest
+from zllm_core.protocols.canonical import CanonicalRequest, RequestError
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,13 @@ class PromptBuilder:
 
     def render(self, req: CanonicalRequest) -> str:
         extra = {} if req.thinking is None else {"enable_thinking": req.thinking}
-        return self.template.render(req.messages, req.tools, add_generation_prompt=True, **extra)
+        try:
+            return self.template.render(req.messages, req.tools, add_generation_prompt=True, **extra)
+        except jinja2.exceptions.TemplateError as exc:
+            # The template's raise_exception refuses a conversation the model cannot take
+            # (roles out of order, no user turn): the client's request, not our failure.
+            raise RequestError(f"the model's chat template rejected the conversation: {exc}",
+                               param="messages") from None
 
     def build(self, req: CanonicalRequest) -> Prompt:
         text = self.render(req)

@@ -34,7 +34,6 @@ class ResponseTurn:
         chain_key = previous.cache_key if previous and previous.cache_key else id
         history = previous.messages if previous else []
         self.canonical = orr.to_canonical(req, history, chain_key)
-        self.admitted = rt.generation.admit(self.canonical)
         self.encoder = ResponsesStream(req, id, req.model)
 
     def _previous(self) -> StoredResponse | None:
@@ -49,8 +48,10 @@ class ResponseTurn:
         return record
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
+        """Admission comes first, before any payload, so its errors stay plain HTTP errors."""
         seen: list[Any] = []
-        generation = self.rt.generation.stream(self.admitted, self.encoder.id, self.tenant)
+        admitted = await self.rt.generation.admit(self.canonical)
+        generation = self.rt.generation.stream(admitted, self.encoder.id, self.tenant)
         async for payload in encoded(self.encoder, _gathered(generation, seen)):
             yield payload
         if self.encoder.status != "in_progress":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -23,12 +24,17 @@ from zllm_core.server.responses import ResponseTurn
 from zllm_core.server.runtime import runtime
 
 router = APIRouter()
+log = logging.getLogger("zllm.server")
 
 
-def _error(exc: RequestError) -> dict[str, Any]:
+def _error(exc: Exception) -> dict[str, Any]:
+    """The error frame for a failed response.create: the client's (4xx) or ours (500, logged)."""
+    if not isinstance(exc, RequestError):
+        log.exception("Responses WebSocket request failed", exc_info=exc)
+        exc = RequestError("internal server error", status=500, code="internal_error")
+    kind = "server_error" if exc.status >= 500 else "invalid_request_error"
     return {"type": "error", "status": exc.status,
-            "error": {"type": "invalid_request_error", "code": exc.code, "message": exc.message,
-                      "param": exc.param}}
+            "error": {"type": kind, "code": exc.code, "message": exc.message, "param": exc.param}}
 
 
 def _request(text: str) -> ResponsesRequest:
@@ -50,7 +56,9 @@ async def _run(ws: WebSocket, turn: ResponseTurn) -> None:
     try:
         async for payload in turn.events():
             await ws.send_text(json.dumps(payload, ensure_ascii=False))
-    except RequestError as exc:
+    except WebSocketDisconnect:
+        pass  # the client left; the loop below sees the disconnect and cleans up
+    except Exception as exc:  # any failure must answer, or the client waits forever
         await ws.send_text(json.dumps(_error(exc)))
 
 
@@ -71,7 +79,7 @@ async def responses_socket(ws: WebSocket) -> None:
                     raise RequestError("a response is already in flight on this connection",
                                        status=409, code="response_already_in_flight")
                 turn = ResponseTurn(rt, _request(text), tenant, recent)
-            except RequestError as exc:
+            except Exception as exc:  # a bad request or our bug: either way the socket stays open
                 await ws.send_text(json.dumps(_error(exc)))
                 continue
             running = asyncio.create_task(_run(ws, turn))

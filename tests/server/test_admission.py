@@ -1,0 +1,49 @@
+"""Admission renders and tokenizes off the event loop, so a huge prompt stalls no other stream."""
+import asyncio
+import time
+
+import pytest
+
+from zllm_core.dialects import Message
+from zllm_core.model.demo import resolve_model_dir
+from zllm_core.protocols.canonical import CanonicalRequest, RequestError, SamplingParams
+from zllm_core.server.generation import Generation, Limits
+from zllm_core.server.prompt import PromptBuilder
+from zllm_core.tokenizer import Tokenizer
+
+TICK = 0.001
+# A million characters of distinct words (~40 ms to render and tokenize here).
+HUGE = " ".join(f"v{i * 7919 % 1000003:x}q" for i in range(125_000))
+
+
+@pytest.fixture(scope="module")
+def generation():
+    model_dir = resolve_model_dir("zllm-demo")
+    prompts = PromptBuilder.from_model_dir(model_dir, Tokenizer.from_pretrained(model_dir))
+    return Generation(None, prompts, Limits(max_model_len=16384, max_output_tokens=64))
+
+
+def test_a_million_character_prompt_leaves_the_event_loop_running(generation):
+    huge = CanonicalRequest([Message(role="user", content=HUGE)], [], SamplingParams())
+
+    async def admit_while_ticking():
+        ticks, done = 0, False
+
+        async def ticker():
+            nonlocal ticks
+            while not done:
+                await asyncio.sleep(TICK)
+                ticks += 1
+        task = asyncio.create_task(ticker())
+        start = time.perf_counter()
+        with pytest.raises(RequestError) as info:  # far over the context: refused, as before
+            await generation.admit(huge)
+        elapsed = time.perf_counter() - start
+        done = True
+        await task
+        return ticks, elapsed, info.value
+
+    ticks, elapsed, err = asyncio.run(admit_while_ticking())
+    assert err.code == "context_length_exceeded"
+    # Blocked, the loop could not tick at all before admission ended; free, it ticks throughout.
+    assert ticks >= 3, (ticks, elapsed)
