@@ -36,8 +36,8 @@ def test_chunked_prefill_gives_the_same_tokens(make_engine):
 
 def test_thousand_random_requests_with_cancellations_and_preemptions_leave_the_pool_empty(make_engine, demo_model):
     block_bytes = 16 * 2 * 2 * 64 * 4 * demo_model.config.num_layers
-    engine = make_engine(kv_cache_bytes=24 * block_bytes, max_num_seqs=16, max_num_batched_tokens=192)
-    assert engine.pool.num_blocks == 24  # 16 running sequences outgrow it: preemption is forced
+    engine = make_engine(kv_cache_bytes=12 * block_bytes, max_num_seqs=16, max_num_batched_tokens=192)
+    assert engine.pool.num_blocks == 12  # 16 running sequences outgrow it: preemption is forced
     rng = random.Random(7)
     pending = list(range(1000))
     live: list[str] = []
@@ -47,7 +47,7 @@ def test_thousand_random_requests_with_cancellations_and_preemptions_leave_the_p
             i = pending.pop()
             prompt = [rng.randrange(1000, 150000) for _ in range(rng.randrange(1, 30))]
             prompt = prompt if rng.random() < 0.7 else [11, 22, 33, 44] * 6 + prompt  # some share a prefix
-            engine.add_request(f"r{i}", prompt, SamplingParams(max_tokens=rng.randrange(1, 8),
+            engine.add_request(f"r{i}", prompt, SamplingParams(max_tokens=rng.randrange(1, 24),
                                                                 temperature=rng.choice([0.0, 0.8]), seed=i))
             live.append(f"r{i}")
         if rng.random() < 0.1 and live:

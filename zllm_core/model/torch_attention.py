@@ -7,12 +7,6 @@ import torch.nn.functional as F
 from zllm_core.model.attention_backend import AttentionBackend, AttentionMetadata
 
 
-def gather_context(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
-    """The first ``length`` cached rows of one sequence as ``[length, kv_heads, head_dim]``."""
-    n_blocks = -(-length // cache.shape[1])
-    return cache[block_table[:n_blocks].long()].flatten(0, 1)[:length]
-
-
 def _causal_mask(q_len: int, seq_len: int, device: torch.device) -> torch.Tensor | None:
     """Query j sits at absolute position seq_len - q_len + j and sees keys <= it.
 
@@ -36,18 +30,22 @@ class TorchAttention(AttentionBackend):
     name = "torch"
 
     def prefill(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        # Chunks of the same shape (query length, context length) run as one batched call:
+        # same mask, no padding, so batching changes nothing but the number of launches.
         out = torch.empty_like(q)
         starts = meta.query_start_loc.tolist()
-        lens = meta.seq_lens.tolist()
-        for i, seq_len in enumerate(lens):
-            lo, hi = starts[i], starts[i + 1]
-            q_len = hi - lo
-            k = gather_context(k_cache, meta.block_tables[i], seq_len)
-            v = gather_context(v_cache, meta.block_tables[i], seq_len)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, seq_len in enumerate(meta.seq_lens.tolist()):
+            groups.setdefault((starts[i + 1] - starts[i], seq_len), []).append(i)
+        for (q_len, seq_len), rows in groups.items():
+            tables = meta.block_tables[rows, :-(-seq_len // k_cache.shape[1])].long()
+            k = k_cache[tables].flatten(1, 2)[:, :seq_len].transpose(1, 2)  # [G, Hkv, L, D]
+            v = v_cache[tables].flatten(1, 2)[:, :seq_len].transpose(1, 2)
+            qi = torch.cat([torch.arange(starts[i], starts[i + 1]) for i in rows]).to(q.device)
             mask = _causal_mask(q_len, seq_len, q.device)
-            o = _sdpa(q[lo:hi].transpose(0, 1)[None], k.transpose(0, 1)[None],
-                      v.transpose(0, 1)[None], mask, scale, causal=mask is None)
-            out[lo:hi] = o[0].transpose(0, 1)
+            o = _sdpa(q[qi].view(len(rows), q_len, *q.shape[1:]).transpose(1, 2), k, v, mask, scale,
+                      causal=mask is None)
+            out[qi] = o.transpose(1, 2).reshape(-1, *q.shape[1:])
         return out
 
     def decode(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
