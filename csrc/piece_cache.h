@@ -1,6 +1,9 @@
-// Per-worker cache of merged pieces: agent contexts repeat identifiers and indentation, so
-// most multi-token pieces are merged once. Bounded: cleared whole when full (cheap, and a
-// served context refills it in one pass).
+// Per-worker caches of encoded pieces. Agent contexts repeat identifiers, indentation and
+// punctuation, so most pieces were seen moments ago:
+// - HotPieces: direct-mapped, pieces of up to 16 bytes and 10 tokens, 1 MB, one probe that
+//   usually hits in L2 -- the common case costs no vocabulary lookup at all;
+// - PieceCache: every merged piece up to kMaxPieceBytes, so BPE runs once per distinct piece.
+//   Bounded: cleared whole when full (cheap; a served context refills it in one pass).
 #pragma once
 
 #include <cstdint>
@@ -8,10 +11,57 @@
 #include <string>
 #include <vector>
 
+#include "bpe.h"
+
 namespace zllm {
+
+class HotPieces {
+ public:
+  static constexpr size_t kMaxBytes = 16, kMaxTokens = 10, kSlots = size_t(1) << 14;
+
+  HotPieces() : slots_(kSlots) {}
+
+  struct Key {
+    uint64_t lo, hi;
+    uint32_t len;
+  };
+  static Key key(const uint8_t* p, size_t n) {
+    return Key{load_prefix(p, n < 8 ? n : 8), n > 8 ? load_prefix(p + 8, n - 8) : 0, uint32_t(n)};
+  }
+  // Appends the piece's ids and returns true on a hit.
+  bool find(const Key& k, std::vector<uint32_t>& out) const {
+    const Slot& s = slots_[index(k)];
+    if (s.len != k.len || s.lo != k.lo || s.hi != k.hi) return false;
+    out.insert(out.end(), s.ids, s.ids + s.ntok);
+    return true;
+  }
+  void insert(const Key& k, const uint32_t* ids, size_t m) {
+    if (m > kMaxTokens) return;
+    Slot& s = slots_[index(k)];
+    s.lo = k.lo;
+    s.hi = k.hi;
+    s.len = k.len;
+    s.ntok = uint32_t(m);
+    std::memcpy(s.ids, ids, m * sizeof(uint32_t));
+  }
+
+ private:
+  static size_t index(const Key& k) {
+    uint64_t h = (k.lo * 0x9E3779B97F4A7C15ull) ^ (k.hi * 0xC2B2AE3D27D4EB4Full) ^ k.len;
+    return (h ^ (h >> 29) ^ (h >> 47)) & (kSlots - 1);
+  }
+  struct alignas(64) Slot {
+    uint64_t lo = 0, hi = 0;
+    uint32_t len = 0, ntok = 0;  // len 0 never matches: empty pieces are never looked up
+    uint32_t ids[kMaxTokens];
+  };
+  std::vector<Slot> slots_;
+};
 
 class PieceCache {
  public:
+  HotPieces hot;
+
   static constexpr size_t kMaxEntries = size_t(1) << 17;
   static constexpr size_t kMaxPieceBytes = 1024;
 

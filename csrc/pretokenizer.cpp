@@ -26,6 +26,17 @@ const uint8_t* class_table() {
 }
 
 constexpr uint32_t bit(CharClass c) { return 1u << c; }
+
+// bit(class) of each ASCII byte and 0 for the bytes of multi-byte characters, so run loops
+// over ASCII text test one table entry per byte.
+const uint32_t* ascii_bits() {
+  static const std::vector<uint32_t> bits = [] {
+    std::vector<uint32_t> b(256, 0);
+    for (int c = 0; c < 128; ++c) b[c] = bit(CharClass(class_table()[c]));
+    return b;
+  }();
+  return bits.data();
+}
 constexpr uint32_t kLetters = bit(kLu) | bit(kLl) | bit(kLt) | bit(kLm) | bit(kLo);
 constexpr uint32_t kSpaces = bit(kSpace) | bit(kCR) | bit(kLF);
 constexpr uint32_t kPunct = bit(kOther) | bit(kMark);                // [^\s\p{L}\p{N}]
@@ -39,10 +50,16 @@ inline uint8_t ascii_lower(uint8_t c) { return (c >= 'A' && c <= 'Z') ? c | 0x20
 
 class Scanner {
  public:
-  Scanner(const Grammar& g, const uint8_t* s, size_t n) : g_(g), s_(s), n_(n), table_(class_table()) {}
+  Scanner(const Grammar& g, const uint8_t* s, size_t n)
+      : g_(g), s_(s), n_(n), table_(class_table()), ascii_(ascii_bits()) {}
 
   size_t piece_end(size_t i) const {
     if (g_.digits_only) return digit_split_end(i);
+    if (g_.letters == Grammar::kAnyPrefixed) {  // ASCII fast path of the commonest pieces
+      const uint8_t b = s_[i];
+      if (ascii_[b] & kLetters) return run(i + 1, kLetters);
+      if (b != '\'' && (ascii_[b] & kPrefix) && i + 1 < n_ && (ascii_[s_[i + 1]] & kLetters)) return run(i + 2, kLetters);
+    }
     const CharClass c0 = cls(i);
     const size_t next = i + utf8_len(s_[i]);
     if (s_[i] == '\'' && (g_.contractions == Grammar::kPrefixCaseSensitive ||
@@ -64,8 +81,13 @@ class Scanner {
   }
   bool in(size_t i, uint32_t set) const { return i < n_ && (bit(cls(i)) & set); }
   size_t run(size_t i, uint32_t set) const {
-    while (in(i, set)) i += utf8_len(s_[i]);
-    return i;
+    for (;;) {
+      while (i < n_ && (ascii_[s_[i]] & set)) ++i;
+      if (i >= n_ || s_[i] < 0x80) return i;
+      int len;
+      if (!(bit(CharClass(table_[decode_utf8(s_, i, &len)])) & set)) return i;
+      i += len;
+    }
   }
 
   // `'(?:[sdmt]|ll|ve|re)`, optionally under (?i), where s also folds to U+017F (long s).
@@ -169,6 +191,7 @@ class Scanner {
   const uint8_t* s_;
   size_t n_;
   const uint8_t* table_;
+  const uint32_t* ascii_;
 };
 
 }  // namespace
@@ -181,6 +204,14 @@ void pretokenize(const Grammar& g, const uint8_t* s, size_t n, std::vector<uint3
     i = scanner.piece_end(i);
     ends.push_back(uint32_t(i));
   }
+}
+
+size_t next_pieces(const Grammar& g, const uint8_t* s, size_t n, size_t* pos, uint32_t* ends, size_t cap) {
+  Scanner scanner(g, s, n);
+  size_t k = 0, i = *pos;
+  for (; k < cap && i < n; ++k) ends[k] = uint32_t(i = scanner.piece_end(i));
+  *pos = i;
+  return k;
 }
 
 }  // namespace zllm

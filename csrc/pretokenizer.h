@@ -56,5 +56,8 @@ struct Grammar {
 
 // Appends the byte offset of each piece end in s[0, n) (relative to s) to `ends`.
 void pretokenize(const Grammar& g, const uint8_t* s, size_t n, std::vector<uint32_t>& ends);
+// The same, streamed: writes the ends of up to `cap` pieces starting at *pos, advances *pos,
+// returns how many were written (0 only at the end of the text).
+size_t next_pieces(const Grammar& g, const uint8_t* s, size_t n, size_t* pos, uint32_t* ends, size_t cap);
 
 }  // namespace zllm

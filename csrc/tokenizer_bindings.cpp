@@ -177,7 +177,9 @@ void register_tokenizer(py::module_& m) {
       .def_readwrite("digits_only", &Grammar::digits_only);
   py::class_<SpecialPolicy>(m, "SpecialPolicy")
       .def(py::init([](std::vector<uint8_t> allowed, std::vector<uint8_t> disallowed) {
-        return SpecialPolicy{std::move(allowed), std::move(disallowed)};
+        bool any = false;
+        for (size_t k = 0; k < allowed.size(); ++k) any |= allowed[k] || disallowed[k];
+        return SpecialPolicy{std::move(allowed), std::move(disallowed), any};
       }));
   py::class_<TokenizerCore>(m, "TokenizerCore")
       .def(py::init(&make_core), py::arg("tokens"), py::arg("merges"), py::arg("whole_piece_first"),

@@ -14,11 +14,21 @@ TokenizerCore::TokenizerCore(BytePairModel model, std::vector<Grammar> grammars,
     special_by_id_.emplace_back(specials_[k].id, k);
   }
   std::sort(special_by_id_.begin(), special_by_id_.end());
+  for (int b = 0; b < 256; ++b) {
+    if (!special_first_byte_[b]) continue;
+    single_first_byte_ = single_first_byte_ == -1 ? b : -2;
+  }
 }
 
 size_t TokenizerCore::find_special(const uint8_t* s, size_t n, size_t from, size_t* index) const {
   for (size_t i = from; i < n; ++i) {
-    if (!special_first_byte_[s[i]]) continue;
+    if (single_first_byte_ >= 0) {  // usually every special starts with '<': memchr is SIMD
+      const void* hit = std::memchr(s + i, single_first_byte_, n - i);
+      if (!hit) return n;
+      i = static_cast<const uint8_t*>(hit) - s;
+    } else if (!special_first_byte_[s[i]]) {
+      continue;
+    }
     for (size_t k = 0; k < specials_.size(); ++k) {
       const std::string& b = specials_[k].bytes;
       if (b.size() <= n - i && std::memcmp(s + i, b.data(), b.size()) == 0) {
@@ -33,7 +43,7 @@ size_t TokenizerCore::find_special(const uint8_t* s, size_t n, size_t from, size
 long TokenizerCore::encode(const uint8_t* s, size_t n, const SpecialPolicy& policy, PieceCache& cache,
                            std::vector<uint32_t>& out) const {
   size_t start = 0, from = 0, k = 0;
-  while (!specials_.empty()) {
+  while (policy.any) {
     size_t at = find_special(s, n, from, &k);
     if (at == n) break;
     if (policy.disallowed[k]) return long(k);
@@ -70,6 +80,17 @@ void TokenizerCore::split(const uint8_t* s, size_t n, std::vector<uint32_t>& end
 }
 
 void TokenizerCore::encode_ordinary(const uint8_t* s, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const {
+  if (grammars_.size() == 1) {  // the common shape: stream pieces through a small buffer
+    uint32_t ends[256];
+    size_t pos = 0, begin = 0;
+    while (size_t k = next_pieces(grammars_[0], s, n, &pos, ends, 256)) {
+      for (size_t j = 0; j < k; ++j) {
+        encode_piece(s + begin, ends[j] - begin, cache, out);
+        begin = ends[j];
+      }
+    }
+    return;
+  }
   thread_local std::vector<uint32_t> ends;
   ends.clear();
   split(s, n, ends);
@@ -81,6 +102,15 @@ void TokenizerCore::encode_ordinary(const uint8_t* s, size_t n, PieceCache& cach
 }
 
 void TokenizerCore::encode_piece(const uint8_t* p, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const {
+  if (n > HotPieces::kMaxBytes) return encode_cold_piece(p, n, cache, out);
+  const HotPieces::Key key = HotPieces::key(p, n);
+  if (cache.hot.find(key, out)) return;
+  size_t before = out.size();
+  encode_cold_piece(p, n, cache, out);
+  cache.hot.insert(key, out.data() + before, out.size() - before);
+}
+
+void TokenizerCore::encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const {
   if (n == 1) return model_.merge(p, n, out);
   uint64_t h = hash_bytes(p, n);
   if (model_.whole_piece_first()) {

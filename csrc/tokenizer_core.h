@@ -18,6 +18,7 @@ namespace zllm {
 // Which specials a call may encode as specials, and which ones it must refuse to see.
 struct SpecialPolicy {
   std::vector<uint8_t> allowed, disallowed;  // indexed like TokenizerCore's specials
+  bool any = false;                          // some special is allowed or disallowed
 };
 
 struct Special {
@@ -46,11 +47,13 @@ class TokenizerCore {
   size_t find_special(const uint8_t* s, size_t n, size_t from, size_t* index) const;
   void encode_ordinary(const uint8_t* s, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const;
   void encode_piece(const uint8_t* p, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const;
+  void encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const;
 
   BytePairModel model_;
   std::vector<Grammar> grammars_;
   std::vector<Special> specials_;      // longest first, so a match at a position is the longest
   bool special_first_byte_[256] = {};
+  int single_first_byte_ = -1;  // the one first byte all specials share, else negative
   std::vector<std::pair<uint32_t, uint32_t>> special_by_id_;  // (id, index) sorted by id
   std::mutex caches_mu_;
   std::vector<std::unique_ptr<PieceCache>> caches_;
