@@ -9,8 +9,8 @@
 //   (b) the whitespace run t[s:r) holds no CR/LF and is followed by a non-whitespace char z at
 //       r (r == s when the family has no `\s*[\r\n]+` rule; z != '/' when r == s and
 //       punctuation absorbs `/`);
-//   (c) no special token occurs at any position in [s - longest special + 1, r + len(z)),
-//       in the old text nor in the new one.
+//   (c) in the old text and in the new one, no special token starts in [s - 1, r + len(z))
+//       and none that starts earlier reaches past s - 1.
 // Then no piece that starts before s can extend past s: letters, digits and contractions
 // never contain CR/LF and their prefixes exclude it; punctuation's `[\r\n]*` tail stops at
 // the space or z; a whitespace piece ends at or before the run's last newline, which is
@@ -19,6 +19,15 @@
 // at most two characters ahead, a whitespace run is read to z). Hence if an old and a new
 // text agree on [0, R) and (c) holds, both have a piece boundary at s, the same pieces (so
 // the same tokens) before it, and tokens after it are those of the new text's tail alone.
+// (Positions here are UTF-8 bytes; the old text ends before R only if it is a prefix, and
+// then the proof is not applied.)
+//
+// The end b of a special token [a, b) is a stable boundary too when the token is allowed,
+// it is the longest special matching at a in both texts, and in neither text does a special
+// that starts before a reach past a: the special scan, which takes the longest match at the
+// leftmost position and resumes after it, then arrives at a and matches [a, b) in both texts
+// whatever precedes it, text before a is a segment of its own with the same end, and text
+// after b is scanned afresh from b, as a tokenization of the tail alone would be.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -100,11 +109,28 @@ CharClass class_at(const uint8_t* t, size_t i, int* len) {
   return char_class(decode_utf8(t, i, len));
 }
 
+// Index (in core.specials(), longest first) of the longest special at t[i], or -1.
+long special_at(const TokenizerCore& core, const View& t, size_t i) {
+  const auto& specials = core.specials();
+  for (size_t k = 0; k < specials.size(); ++k) {
+    const std::string& b = specials[k].bytes;
+    if (b.size() <= t.size - i && std::memcmp(t.data + i, b.data(), b.size()) == 0) return long(k);
+  }
+  return -1;
+}
+
 bool special_starts_in(const TokenizerCore& core, const View& t, size_t from, size_t to) {
   for (size_t i = from; i < to && i < t.size; ++i)
-    for (const Special& sp : core.specials())
-      if (sp.bytes.size() <= t.size - i && std::memcmp(t.data + i, sp.bytes.data(), sp.bytes.size()) == 0)
-        return true;
+    if (special_at(core, t, i) >= 0) return true;
+  return false;
+}
+
+// Whether the longest special at some i in [from, to) ends after `to`.
+bool special_crosses(const TokenizerCore& core, const View& t, size_t from, size_t to) {
+  for (size_t i = from; i < to && i < t.size; ++i) {
+    long k = special_at(core, t, i);
+    if (k >= 0 && i + core.specials()[size_t(k)].bytes.size() > to) return true;
+  }
   return false;
 }
 
@@ -121,38 +147,68 @@ size_t stable_reads(const TokenizerCore& core, const Grammar& g, size_t longest_
   }
   if (r >= t.size || (r != s && !g.newline_rule) || (r == s && g.punct_slash && t.data[r] == '/')) return 0;
   const size_t reads = r + len;
-  const size_t from = s + 1 > longest_special ? s + 1 - longest_special : 0;
-  if (special_starts_in(core, t, from, reads) || special_starts_in(core, other, from, reads)) return 0;
+  const size_t from = s > longest_special ? s - longest_special : 0;
+  for (const View* x : {&t, &other})
+    if (special_crosses(core, *x, from, s - 1) || special_starts_in(core, *x, s - 1, reads)) return 0;
   return reads;
 }
 
-// (first, last): the first stable boundary s >= lo and the last one, both with R <= limit,
-// where old and new agree on [0, limit); (-1, -1) when there is none. Candidates: CR, LF.
-// Positions are code points of the given texts (segments of the session's texts).
-py::tuple stable_boundaries(const TokenizerCore& core, const Grammar& g, const py::str& old, const py::str& text,
-                            size_t lo, size_t limit) {
-  if (g.digits_only) return py::make_tuple(-1, -1);
+// Stable boundaries found in the new text t (proof above), as byte offsets.
+class BoundaryScan {
+ public:
+  BoundaryScan(const TokenizerCore& core, const Grammar& g, const SpecialPolicy& policy, View t, View old)
+      : core_(core), g_(g), policy_(policy), t_(t), old_(old) {
+    for (const Special& sp : core.specials()) longest_ = std::max(longest_, sp.bytes.size());
+  }
+
+  // Calls visit(s) for each stable boundary s in [lo, limit] proven from text before limit.
+  template <class Visit>
+  void run(size_t lo, size_t limit, Visit visit) const {
+    if (!g_.digits_only)
+      for (size_t i = lo ? lo - 1 : 0; i < limit; ++i) {
+        const uint8_t b = t_.data[i];
+        if ((b == '\n' || b == '\r') && i + 1 < t_.size) {
+          size_t reads = stable_reads(core_, g_, longest_, t_, old_, i + 1);
+          if (reads && reads <= limit) visit(i + 1);
+        }
+      }
+    for (size_t a = lo > longest_ ? lo - longest_ : 0; a < limit; ++a) {
+      size_t end = special_end(a);
+      if (end && end >= lo && end <= limit) visit(end);
+    }
+  }
+
+ private:
+  size_t special_end(size_t a) const {  // b if [a, b) is a stable special, else 0
+    long k = special_at(core_, t_, a);
+    if (k < 0 || !policy_.any || !policy_.allowed[size_t(k)] || special_at(core_, old_, a) != k) return 0;
+    const size_t from = a > longest_ ? a - longest_ : 0;
+    if (special_crosses(core_, t_, from, a) || special_crosses(core_, old_, from, a)) return 0;
+    return a + core_.specials()[size_t(k)].bytes.size();
+  }
+
+  const TokenizerCore& core_;
+  const Grammar& g_;
+  const SpecialPolicy& policy_;
+  View t_, old_;
+  size_t longest_ = 0;
+};
+
+// (first, last): the first stable boundary s >= lo and the last one, proven from text[:limit]
+// where old and new agree; (-1, -1) when there is none. Positions are code points of the
+// given texts (segments of the session's texts starting at the same offset).
+py::tuple stable_boundaries(const TokenizerCore& core, const Grammar& g, const SpecialPolicy& policy,
+                            const py::str& old, const py::str& text, size_t lo, size_t limit) {
   View t = utf8_view(text), o = utf8_view(old);
   const size_t lo_b = byte_offset(t, lo), limit_b = std::min(byte_offset(t, limit), o.size);
-  size_t longest = 0;
-  for (const Special& sp : core.specials()) longest = std::max(longest, sp.bytes.size());
-  long first = -1, last = -1;
-  for (size_t i = lo_b ? lo_b - 1 : 0; i < limit_b;) {
-    const void* lf = std::memchr(t.data + i, '\n', limit_b - i);
-    const void* cr = std::memchr(t.data + i, '\r', limit_b - i);
-    const uint8_t* hit = static_cast<const uint8_t*>(lf ? (cr && cr < lf ? cr : lf) : cr);
-    if (!hit) break;
-    size_t s = size_t(hit - t.data) + 1;
-    size_t reads = s < t.size ? stable_reads(core, g, longest, t, o, s) : 0;
-    if (reads && reads <= limit_b) {
-      if (first < 0) first = long(s);
-      last = long(s);
-    }
-    i = s;
-  }
-  if (first < 0) return py::make_tuple(-1, -1);
-  const long first_c = long(count_chars(t.data, size_t(first)));
-  return py::make_tuple(first_c, first_c + long(count_chars(t.data + first, size_t(last - first))));
+  size_t first = SIZE_MAX, last = 0;
+  BoundaryScan(core, g, policy, t, o).run(lo_b, limit_b, [&](size_t s) {
+    first = std::min(first, s);
+    last = std::max(last, s);
+  });
+  if (first == SIZE_MAX) return py::make_tuple(-1, -1);
+  const long first_c = long(count_chars(t.data, first));
+  return py::make_tuple(first_c, first_c + long(count_chars(t.data + first, last - first)));
 }
 
 size_t token_length(const TokenizerCore& core, uint32_t id) {
@@ -239,7 +295,7 @@ void register_incremental(py::module_& m) {
   m.def("unicode_kind", [](const py::str& s) { return int(PyUnicode_KIND(s.ptr())); },
         "Bytes per code point of the str's storage (1, 2 or 4).");
   m.def("has_surrogates", &has_surrogates, py::arg("text"), py::arg("start"), "Whether text[start:] holds a surrogate.");
-  m.def("stable_boundaries", &stable_boundaries, py::arg("core"), py::arg("grammar"), py::arg("old"),
+  m.def("stable_boundaries", &stable_boundaries, py::arg("core"), py::arg("grammar"), py::arg("policy"), py::arg("old"),
         py::arg("text"), py::arg("lo"), py::arg("limit"), "(first, last) stable piece boundaries >= lo, proven from the shared text[:limit].");
   m.def("encode_tail", &encode_tail, py::arg("core"), py::arg("policy"), py::arg("text"), py::arg("base"),
         "(ids, end offsets) of text as uint32 arrays; offsets in code points, plus base.");

@@ -150,11 +150,16 @@ def test_lone_surrogates_are_repaired_like_the_reference(tokenizers):
         assert inc.encode(text, "s", key="k").tolist() == tok.encode(text)
 
 
-def test_no_stable_boundary_inside_or_next_to_a_special_token(tokenizers):
+def boundaries(tok: Tokenizer, text: str, allowed="all", old: str | None = None) -> tuple[int, int]:
+    policy = tok._policy(allowed, "all")
+    return _native.stable_boundaries(tok._core, tok.rules[0].to_native(), policy, old or text, text, 0, len(text))
+
+
+def test_stable_boundaries_after_newlines_and_allowed_specials(tokenizers):
     tok = tokenizers["qwen2"]
-    grammar = tok.rules[0].to_native()
-    text = "a\n<|im_end|>\nb\n<|im_start|>"
-    first, last = _native.stable_boundaries(tok._core, grammar, text, text, 0, len(text))
-    assert (first, last) == (-1, -1)
-    text = "a\nbc\nd"
-    assert _native.stable_boundaries(tok._core, grammar, text, text, 0, len(text)) == (2, 5)
+    assert boundaries(tok, "a\nbc\nd") == (2, 5)
+    assert boundaries(tok, "a \n  b\n\n") == (3, 3)  # before the space run; not where text may follow
+    text = "a\n<|im_end|>\n<|im_start|>x"
+    assert boundaries(tok, text) == (12, 25)  # after each special, never next to one after \n
+    assert boundaries(tok, text, allowed=frozenset()) == (-1, -1)  # ordinary text: no segment
+    assert boundaries(tok, text, old="a\n<|im_end|>\n<|im_startX") == (12, 12)  # old text differs

@@ -174,8 +174,8 @@ class IncrementalTokenizer:
             if lo <= 0:
                 return _Splice(0, -1, attempt)
             # segments with room for a special token around the proof's reads
-            base = max(0, lo - self._longest_special)
-            first, last = _native.stable_boundaries(self._core, self._grammar,
+            base = max(0, lo - 2 * self._longest_special)
+            first, last = _native.stable_boundaries(self._core, self._grammar, self._policy,
                                                     old[base:diverged + self._longest_special + 1],
                                                     new[base:], lo - base, diverged - base)
             if first >= 0:
