@@ -109,34 +109,51 @@ CharClass class_at(const uint8_t* t, size_t i, int* len) {
   return char_class(decode_utf8(t, i, len));
 }
 
-// Index (in core.specials(), longest first) of the longest special at t[i], or -1.
-long special_at(const TokenizerCore& core, const View& t, size_t i) {
-  const auto& specials = core.specials();
-  for (size_t k = 0; k < specials.size(); ++k) {
-    const std::string& b = specials[k].bytes;
-    if (b.size() <= t.size - i && std::memcmp(t.data + i, b.data(), b.size()) == 0) return long(k);
+// The tokenizer's specials, for finding them at a position (a first-byte table skips most).
+class SpecialIndex {
+ public:
+  explicit SpecialIndex(const TokenizerCore& core) : specials_(core.specials()) {
+    for (const Special& sp : specials_) {
+      first_[uint8_t(sp.bytes[0])] = true;
+      longest = std::max(longest, sp.bytes.size());
+    }
   }
-  return -1;
-}
 
-bool special_starts_in(const TokenizerCore& core, const View& t, size_t from, size_t to) {
-  for (size_t i = from; i < to && i < t.size; ++i)
-    if (special_at(core, t, i) >= 0) return true;
-  return false;
-}
-
-// Whether the longest special at some i in [from, to) ends after `to`.
-bool special_crosses(const TokenizerCore& core, const View& t, size_t from, size_t to) {
-  for (size_t i = from; i < to && i < t.size; ++i) {
-    long k = special_at(core, t, i);
-    if (k >= 0 && i + core.specials()[size_t(k)].bytes.size() > to) return true;
+  // Index (in core.specials(), longest first) of the longest special at t[i], or -1.
+  long at(const View& t, size_t i) const {
+    if (!first_[t.data[i]]) return -1;
+    for (size_t k = 0; k < specials_.size(); ++k) {
+      const std::string& b = specials_[k].bytes;
+      if (b.size() <= t.size - i && std::memcmp(t.data + i, b.data(), b.size()) == 0) return long(k);
+    }
+    return -1;
   }
-  return false;
-}
+  size_t length(long k) const { return specials_[size_t(k)].bytes.size(); }
+
+  bool starts_in(const View& t, size_t from, size_t to) const {
+    for (size_t i = from; i < to && i < t.size; ++i)
+      if (at(t, i) >= 0) return true;
+    return false;
+  }
+  // Whether the longest special at some i in [from, to) ends after `to`.
+  bool crosses(const View& t, size_t from, size_t to) const {
+    for (size_t i = from; i < to && i < t.size; ++i) {
+      long k = at(t, i);
+      if (k >= 0 && i + length(k) > to) return true;
+    }
+    return false;
+  }
+
+  size_t longest = 0;
+
+ private:
+  const std::vector<Special>& specials_;
+  bool first_[256] = {};
+};
 
 // R (end of the text the proof reads) if s is a stable boundary of t, else 0. Needs s >= 1.
 // `other` is the old text, which must agree with t on [0, R) and be free of specials too.
-size_t stable_reads(const TokenizerCore& core, const Grammar& g, size_t longest_special, const View& t,
+size_t stable_reads(const SpecialIndex& specials, const Grammar& g, const View& t,
                     const View& other, size_t s) {
   if (t.data[s - 1] != '\n' && t.data[s - 1] != '\r') return 0;
   size_t r = s;
@@ -147,9 +164,9 @@ size_t stable_reads(const TokenizerCore& core, const Grammar& g, size_t longest_
   }
   if (r >= t.size || (r != s && !g.newline_rule) || (r == s && g.punct_slash && t.data[r] == '/')) return 0;
   const size_t reads = r + len;
-  const size_t from = s > longest_special ? s - longest_special : 0;
+  const size_t from = s > specials.longest ? s - specials.longest : 0;
   for (const View* x : {&t, &other})
-    if (special_crosses(core, *x, from, s - 1) || special_starts_in(core, *x, s - 1, reads)) return 0;
+    if (specials.crosses(*x, from, s - 1) || specials.starts_in(*x, s - 1, reads)) return 0;
   return reads;
 }
 
@@ -157,9 +174,7 @@ size_t stable_reads(const TokenizerCore& core, const Grammar& g, size_t longest_
 class BoundaryScan {
  public:
   BoundaryScan(const TokenizerCore& core, const Grammar& g, const SpecialPolicy& policy, View t, View old)
-      : core_(core), g_(g), policy_(policy), t_(t), old_(old) {
-    for (const Special& sp : core.specials()) longest_ = std::max(longest_, sp.bytes.size());
-  }
+      : specials_(core), g_(g), policy_(policy), t_(t), old_(old) {}
 
   // Calls visit(s) for each stable boundary s in [lo, limit] proven from text before limit.
   template <class Visit>
@@ -168,11 +183,12 @@ class BoundaryScan {
       for (size_t i = lo ? lo - 1 : 0; i < limit; ++i) {
         const uint8_t b = t_.data[i];
         if ((b == '\n' || b == '\r') && i + 1 < t_.size) {
-          size_t reads = stable_reads(core_, g_, longest_, t_, old_, i + 1);
+          size_t reads = stable_reads(specials_, g_, t_, old_, i + 1);
           if (reads && reads <= limit) visit(i + 1);
         }
       }
-    for (size_t a = lo > longest_ ? lo - longest_ : 0; a < limit; ++a) {
+    const size_t longest = specials_.longest;
+    for (size_t a = lo > longest ? lo - longest : 0; a < limit; ++a) {
       size_t end = special_end(a);
       if (end && end >= lo && end <= limit) visit(end);
     }
@@ -180,18 +196,17 @@ class BoundaryScan {
 
  private:
   size_t special_end(size_t a) const {  // b if [a, b) is a stable special, else 0
-    long k = special_at(core_, t_, a);
-    if (k < 0 || !policy_.any || !policy_.allowed[size_t(k)] || special_at(core_, old_, a) != k) return 0;
-    const size_t from = a > longest_ ? a - longest_ : 0;
-    if (special_crosses(core_, t_, from, a) || special_crosses(core_, old_, from, a)) return 0;
-    return a + core_.specials()[size_t(k)].bytes.size();
+    long k = specials_.at(t_, a);
+    if (k < 0 || !policy_.any || !policy_.allowed[size_t(k)] || specials_.at(old_, a) != k) return 0;
+    const size_t from = a > specials_.longest ? a - specials_.longest : 0;
+    if (specials_.crosses(t_, from, a) || specials_.crosses(old_, from, a)) return 0;
+    return a + specials_.length(k);
   }
 
-  const TokenizerCore& core_;
+  SpecialIndex specials_;
   const Grammar& g_;
   const SpecialPolicy& policy_;
   View t_, old_;
-  size_t longest_ = 0;
 };
 
 // (first, last): the first stable boundary s >= lo and the last one, proven from text[:limit]

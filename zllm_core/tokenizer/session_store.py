@@ -149,8 +149,9 @@ class SessionStore:
     def touch(self, session: Session) -> None:
         """Marks `session` most recently used and evicts down to the budget."""
         self._lru.move_to_end(session.id)
-        self.stats.bytes += session.nbytes - self._sizes.get(session.id, 0)
-        self._sizes[session.id] = session.nbytes
+        size = session.nbytes
+        self.stats.bytes += size - self._sizes.get(session.id, 0)
+        self._sizes[session.id] = size
         while self.stats.bytes > self.budget_bytes and len(self._lru) > 1:
             self.drop(next(iter(self._lru)))
             self.stats.evictions += 1
