@@ -6,10 +6,14 @@ import pytest
 import torch
 from tiny_models import SingleSequence
 
-from zllm_core.model.demo import DEMO_DIR, DEMO_NAME, ensure_demo_model, is_complete, resolve_model_dir
+from zllm_core.model.demo import DEMO_DIR, DEMO_NAME, MANIFEST, ensure_demo_model, is_complete, resolve_model_dir
 from zllm_core.model.loader import load_model
 
-FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json"]
+HF_FILES = {"config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json"}
+
+
+def _listed(path) -> set[str]:
+    return set(json.loads((path / MANIFEST).read_text()))
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +31,8 @@ def test_demo_is_built_once_and_reused(demo_dir):
 
 def test_demo_bytes_are_identical_across_builds(demo_dir, tmp_path):
     other = ensure_demo_model(tmp_path)
-    for name in FILES:
+    assert HF_FILES <= _listed(demo_dir) == _listed(other)
+    for name in _listed(demo_dir) | {MANIFEST}:
         assert (other / name).read_bytes() == (demo_dir / name).read_bytes(), name
 
 
@@ -47,7 +52,7 @@ def test_partial_demo_without_manifest_is_rebuilt(tmp_path):
     partial.mkdir()
     (partial / "config.json").write_text("{}")
     assert ensure_demo_model(tmp_path) == partial
-    assert is_complete(partial) and sorted(os.listdir(partial)) == sorted([*FILES, "zllm-manifest.json"])
+    assert is_complete(partial) and set(os.listdir(partial)) == _listed(partial) | {MANIFEST}
 
 
 def test_demo_name_resolves_through_cache_env(demo_dir, monkeypatch):

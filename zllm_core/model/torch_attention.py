@@ -13,13 +13,22 @@ def gather_context(cache: torch.Tensor, block_table: torch.Tensor, length: int) 
     return cache[block_table[:n_blocks].long()].flatten(0, 1)[:length]
 
 
+def _causal_mask(q_len: int, seq_len: int, device: torch.device) -> torch.Tensor | None:
+    """Query j sits at absolute position seq_len - q_len + j and sees keys <= it.
+
+    ``None`` for a chunk with no cached context: plain causal attention, SDPA's fast path."""
+    if q_len == seq_len:
+        return None
+    q_pos = torch.arange(seq_len - q_len, seq_len, device=device)
+    return (torch.arange(seq_len, device=device)[None, :] <= q_pos[:, None])[None, None]
+
+
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-          scale: float) -> torch.Tensor:
-    """q ``[B, Hq, Lq, D]``, k/v ``[B, Hkv, Lk, D]``; GQA by repeating KV heads; fp32 math."""
-    group = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group, dim=1)
-    v = v.repeat_interleave(group, dim=1)
-    out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, scale=scale)
+          scale: float, causal: bool = False) -> torch.Tensor:
+    """q ``[B, Hq, Lq, D]``, k/v ``[B, Hkv, Lk, D]``; query heads share their KV head (GQA)
+    without materialising repeated K/V; fp32 math."""
+    out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, scale=scale,
+                                         is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
     return out.to(q.dtype)
 
 
@@ -35,11 +44,9 @@ class TorchAttention(AttentionBackend):
             q_len = hi - lo
             k = gather_context(k_cache, meta.block_tables[i], seq_len)
             v = gather_context(v_cache, meta.block_tables[i], seq_len)
-            # Query j sits at absolute position seq_len - q_len + j and sees keys <= it.
-            q_pos = torch.arange(seq_len - q_len, seq_len, device=q.device)
-            mask = torch.arange(seq_len, device=q.device)[None, :] <= q_pos[:, None]
+            mask = _causal_mask(q_len, seq_len, q.device)
             o = _sdpa(q[lo:hi].transpose(0, 1)[None], k.transpose(0, 1)[None],
-                      v.transpose(0, 1)[None], mask[None, None], scale)
+                      v.transpose(0, 1)[None], mask, scale, causal=mask is None)
             out[lo:hi] = o[0].transpose(0, 1)
         return out
 

@@ -1,0 +1,57 @@
+"""The asyncio front: streamed events, concurrent requests, cancellation that frees blocks."""
+import asyncio
+
+import pytest
+
+from zllm_core.engine.async_engine import AsyncEngine, EngineError
+from zllm_core.engine.sampling_params import SamplingParams
+
+
+@pytest.fixture
+def async_engine(make_engine):
+    engine = AsyncEngine(make_engine(enable_prefix_cache=False))
+    yield engine
+    engine.shutdown()
+
+
+async def collect(engine, prompt, params):
+    return [ev async for ev in engine.generate(prompt, params)]
+
+
+def test_concurrent_streams_each_get_their_tokens_and_a_final_event(async_engine):
+    params = SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)
+
+    async def main():
+        return await asyncio.gather(*(collect(async_engine, list(range(1000 + i, 1020 + i)), params)
+                                      for i in range(4)))
+
+    for events in asyncio.run(main()):
+        assert [len(e.token_ids) for e in events] == [1] * 5
+        assert events[-1].finish_reason == "length" and events[-1].completion_tokens == 5
+        assert all(e.finish_reason is None for e in events[:-1])
+        assert events[0].prompt_tokens == 20
+
+
+def test_a_consumer_that_goes_away_aborts_its_request_and_frees_its_blocks(async_engine):
+    params = SamplingParams(max_tokens=10_000, temperature=0.0, ignore_eos=True)
+
+    async def main():
+        stream = async_engine.generate(list(range(1000, 1040)), params)
+        async for _ in stream:
+            break
+        await stream.aclose()
+        for _ in range(200):
+            if async_engine.engine.pool.is_empty() and not async_engine.engine.has_unfinished():
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    assert asyncio.run(main())
+
+
+def test_a_refused_prompt_raises_in_the_stream(async_engine):
+    async def main():
+        await collect(async_engine, [], SamplingParams(max_tokens=2))
+
+    with pytest.raises(EngineError, match="at least one token"):
+        asyncio.run(main())
