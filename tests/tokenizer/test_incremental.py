@@ -84,6 +84,23 @@ def test_repairs_are_spliced_not_recomputed(tokenizers):
     assert inc.stats.repairs == 2 and inc.stats.accepted_at[0] == 2 and inc.stats.whole_window == 0
 
 
+def test_without_a_provable_boundary_the_window_doubles_then_falls_back(tokenizers):
+    one_line = "word " * 10_000  # no newline, no special: nothing to prove a boundary with
+    inc = assert_steps_exact(tokenizers["qwen2"], [one_line, one_line + "more"], 512)
+    assert inc.stats.fallbacks == 1 and sum(inc.stats.accepted_at) == 0 and inc.stats.first_window_rate == 0
+    text = one_line[:5000] + "\nx" + one_line[:1500]
+    inc = assert_steps_exact(tokenizers["qwen2"], [text, text + "more"], 512)
+    assert inc.stats.accepted_at[2] == 1  # the boundary lies 1.5K chars back: the second doubling finds it
+
+
+def test_large_appends_route_to_full_tokenization(tokenizers):
+    tok = tokenizers["qwen2"]
+    inc = IncrementalTokenizer(tok, route_full_after=500, shadow_rate=0)
+    for text in (LINES, LINES + "x\n" * 400, LINES + "x\n" * 400 + "y\n"):
+        assert inc.encode(text, "s", key="k").tolist() == tok.encode(text)
+    assert inc.stats.routed_full == 1 and inc.stats.repairs == 1
+
+
 edits = st.tuples(mixed_text, st.floats(0, 1), mixed_text)
 
 

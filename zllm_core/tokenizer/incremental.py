@@ -38,16 +38,19 @@ class IncrementalStats:
     calls: int = 0
     cold: int = 0         # no session: full tokenization
     unchanged: int = 0    # the same text again
-    repairs: int = 0      # spliced at a proven boundary
-    accepted_at: list[int] = field(default_factory=lambda: [0] * (MAX_DOUBLINGS + 1))  # by doubling
-    whole_window: int = 0  # the window reached the text start (a short text)
+    repairs: int = 0      # re-tokenized from a proven boundary (or the text start) and spliced
+    whole_window: int = 0  # of which the first window already reached the text start
+    accepted_at: list[int] = field(default_factory=lambda: [0] * (MAX_DOUBLINGS + 1))  # the others,
+    # by the doubling that found a boundary
     fallbacks: int = 0     # no boundary after every doubling: full tokenization
     routed_full: int = 0   # append over the router threshold
     disagreements: int = 0  # old and new tokens differed where the proof says they agree
 
     @property
     def first_window_rate(self) -> float:
-        tried = self.repairs + self.fallbacks
+        """Of the splices whose first window did not cover the whole text, the fraction the
+        first window proved (TokTier's first-window acceptance)."""
+        tried = sum(self.accepted_at) + self.fallbacks
         return self.accepted_at[0] / tried if tried else 1.0
 
 
@@ -126,13 +129,14 @@ class IncrementalTokenizer:
         if diverged == old_len == new_len:
             self.stats.unchanged += 1
             return session
+        forked = forked and diverged < old_len  # another conversation may still continue the old text
         if self.route_full_after is not None and new_len - diverged > self.route_full_after:
             self.stats.routed_full += 1
-            return self._restart(session, text)
+            return self._restart(session, text, forked)
         splice = self._find_splice(session.text, text, diverged)
         if splice is None:
             self.stats.fallbacks += 1
-            return self._restart(session, text)
+            return self._restart(session, text, forked)
         ids, ends = _native.encode_tail(self._core, self._policy, text[splice.start:], splice.start)
         kept = self._kept_tokens(session.tokens, splice, ids, ends)
         if kept is None:
@@ -140,9 +144,11 @@ class IncrementalTokenizer:
             self.store.drop(session.id)
             return self._cold(session.scope, text)
         self.stats.repairs += 1
-        self.stats.accepted_at[splice.attempt] += 1
-        self.stats.whole_window += splice.start == 0
-        if forked and diverged < old_len:  # another conversation may still continue the old text
+        if splice.start == 0 and splice.attempt == 0:
+            self.stats.whole_window += 1
+        else:
+            self.stats.accepted_at[splice.attempt] += 1
+        if forked:
             session = self._fork(session, kept)
         session.tokens.splice(kept, ids, ends)
         self.store.replace_text(session, text, diverged)
@@ -155,7 +161,10 @@ class IncrementalTokenizer:
             return self.tokenizer._prepare(text)
         return text
 
-    def _restart(self, session: Session, text: str) -> Session:
+    def _restart(self, session: Session, text: str, forked: bool) -> Session:
+        """Full tokenization, kept in `session` (or a new one beside it for a fork)."""
+        if forked:
+            return self._cold(session.scope, text)
         ids, ends = _native.encode_tail(self._core, self._policy, text, 0)
         session.tokens = TokenRun(ids, ends)
         self.store.replace_text(session, text, 0)
