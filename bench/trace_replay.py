@@ -39,7 +39,23 @@ def apply_event(history: list[Message], event: dict) -> list[Message]:
     return history + [Message(role, event["content"])]
 
 
-def rendered_calls(path: Path, template: ChatTemplate, sessions: int, max_calls: int) -> Iterator[tuple[int, str]]:
-    """(session index, prompt text) per call, rendered with add_generation_prompt=True."""
+def rendered_calls(path: Path, template: ChatTemplate, sessions: int, max_calls: int,
+                   preamble: str = "") -> Iterator[tuple[int, str]]:
+    """(session index, prompt text) per call, rendered with add_generation_prompt=True; a
+    preamble becomes a first user message (a session that starts by reading a large input)."""
+    first = [Message("user", preamble)] if preamble else []
     for s, system, tools, history in trace_requests(path, sessions, max_calls):
-        yield s, template.render([Message("system", system), *history], tools, add_generation_prompt=True)
+        yield s, template.render([Message("system", system), *first, *history], tools, add_generation_prompt=True)
+
+
+def trace_text(path: Path, chars: int) -> str:
+    """About `chars` characters of the trace's own message contents, in order."""
+    parts, size = [], 0
+    with path.open() as f:
+        for line in f:
+            for event in json.loads(line)["events"]:
+                parts.append(event.get("content") or "")
+                size += len(parts[-1])
+                if size >= chars:
+                    return "\n".join(parts)[:chars]
+    return "\n".join(parts)

@@ -70,6 +70,14 @@ size_t byte_offset(const View& t, size_t chars) {
   return t.size;
 }
 
+// Bytes of x and y that agree, from the start, in whole chunks (to a chunk before the end).
+size_t equal_chunks(const uint8_t* x, const uint8_t* y, size_t n) {
+  constexpr size_t kChunk = 4096;
+  size_t at = 0;
+  while (at + kChunk <= n && std::memcmp(x + at, y + at, kChunk) == 0) at += kChunk;
+  return at;
+}
+
 // (d, len(a), len(b)) in code points: d is the length of the common prefix of a and b.
 // Equal kinds compare raw storage with memcmp; mixed kinds (rare) code point by code point.
 py::tuple common_prefix(const py::str& a, const py::str& b) {
@@ -80,11 +88,7 @@ py::tuple common_prefix(const py::str& a, const py::str& b) {
   Py_ssize_t i = 0;
   if (kx == ky) {
     const auto *px = static_cast<const uint8_t*>(dx), *py_ = static_cast<const uint8_t*>(dy);
-    constexpr Py_ssize_t kChunk = 4096;
-    const Py_ssize_t bytes = n * kx;
-    Py_ssize_t at = 0;
-    while (at + kChunk <= bytes && std::memcmp(px + at, py_ + at, kChunk) == 0) at += kChunk;
-    i = at / kx;
+    i = Py_ssize_t(equal_chunks(px, py_, size_t(n) * kx) / kx);
   }
   while (i < n && PyUnicode_READ(kx, dx, i) == PyUnicode_READ(ky, dy, i)) ++i;
   return py::make_tuple(i, nx, ny);

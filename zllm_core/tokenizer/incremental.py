@@ -81,9 +81,12 @@ class IncrementalTokenizer:
         self.shadow = ShadowVerifier(reference or self._reference, self._invalidate, tokenizer.decode,
                                      rate=shadow_rate, seed=shadow_seed)
 
-    def encode(self, text: str, scope: str = "", key: str | None = None, save_as: str | None = None) -> np.ndarray:
+    def encode(self, text: str, scope: str = "", key: str | None = None, save_as: str | None = None,
+               copy: bool = True) -> np.ndarray:
         """Token ids (uint32) of `text`, continuing the session found by `key` (else by the
-        longest shared prefix in `scope`); the session is then also found by `save_as`."""
+        longest shared prefix in `scope`); the session is then also found by `save_as`.
+        copy=False returns a read-only view of the session's tokens instead of a copy (O(n)):
+        valid until the session's next call, for a caller that consumes it at once."""
         if self._normalizer:  # NFC is not prefix-stable: normalise everything, compare normal forms
             text = self.tokenizer._prepare(text)
         with self._lock:
@@ -95,8 +98,11 @@ class IncrementalTokenizer:
                 session = self._continue(session, text, forked=key is None)
             self.store.remember(session, save_as or key)
             self.store.touch(session)
-            ids = session.tokens.ids.copy()
-        self.shadow.sample(session.id, text, ids)
+            ids = session.tokens.ids
+            ids = ids.copy() if copy else ids.view()
+            self.shadow.sample(session.id, text, ids)  # copies what it samples
+        if not copy:
+            ids.flags.writeable = False
         return ids
 
     def metrics(self) -> dict[str, float]:

@@ -43,15 +43,14 @@ class ShadowVerifier:
         self._worker: threading.Thread | None = None
 
     def sample(self, session_id: int, text: str, ids: np.ndarray) -> None:
-        """Queues (text, ids) for checking with probability `rate`; never blocks the caller.
-        `ids` must not change afterwards (the caller's own copy)."""
+        """Queues (text, a copy of ids) for checking with probability `rate`; never blocks."""
         if self.rate <= 0 or self._rng.random() >= self.rate:
             return
         if self._worker is None:
             self._worker = threading.Thread(target=self._run, name="tokenizer-shadow", daemon=True)
             self._worker.start()
         try:
-            self._pending.put_nowait((session_id, text, ids))
+            self._pending.put_nowait((session_id, text, ids.copy()))
         except queue.Full:
             self.stats.skipped += 1
 
