@@ -19,8 +19,10 @@
 // at most two characters ahead, a whitespace run is read to z). Hence if an old and a new
 // text agree on [0, R) and (c) holds, both have a piece boundary at s, the same pieces (so
 // the same tokens) before it, and tokens after it are those of the new text's tail alone.
-// (Positions here are UTF-8 bytes; the old text ends before R only if it is a prefix, and
-// then the proof is not applied.)
+// (c) makes the special-token scan cut both texts the same way before R, so s lies in an
+// ordinary segment whose scanner sees the same text up to R. Later grammars of a Hugging Face
+// Sequence only split the first grammar's pieces, so the first grammar decides. Positions are
+// UTF-8 bytes of segments that start at the same offset of both texts.
 //
 // The end b of a special token [a, b) is a stable boundary too when the token is allowed,
 // it is the longest special matching at a in both texts, and in neither text does a special
