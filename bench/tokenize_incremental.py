@@ -10,7 +10,7 @@ with the ratios, the first-window acceptance rate, and the router measurement: t
 incremental call against one full tokenization for appends of growing size.
 
     PYTHONPATH=$PWD python bench/tokenize_incremental.py [--trace PATH ...] [--sessions N]
-        [--max-calls N] [--baseline-every K] [--pad CHARS] [--no-router]
+        [--max-calls N] [--baseline-every K] [--pad CHARS] [--no-router] [--latency-only]
 Contexts over 1M characters: the generator restarts 1% of calls, so its sessions rarely pass
 1M; --pad 1500000 starts every session with a 1.5M-character user message of trace text
 (a session that begins by reading a large input) and replays its real appends on top.
@@ -54,7 +54,8 @@ def timed(fn, *args, **kwargs) -> tuple[float, object]:
     return time.perf_counter() - start, out
 
 
-def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: int) -> list[tuple]:
+def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: int,
+           latency_only: bool = False) -> list[tuple]:
     model_dir = resolve_model_dir("zllm-demo")
     tok = Tokenizer.from_pretrained(model_dir)
     template = ChatTemplate.from_model_dir(model_dir)
@@ -68,6 +69,10 @@ def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: i
             calls += 1
             dt_inc, ids = timed(inc.encode, text, "bench", f"{t}/{s}", copy=False)
             dt_copy, _ = timed(ids.copy)
+            if latency_only:  # nothing else runs between calls (checked on every 50th)
+                exact += 1 if calls % 50 else ids.tolist() == tok.encode(text, allowed_special="all")
+                rows.append((len(text), dt_inc, dt_inc + dt_copy, float("nan"), float("nan")))
+                continue
             exact += ids.tolist() == tok.encode(text, allowed_special="all")
             if calls % every:
                 continue
@@ -136,8 +141,10 @@ def main() -> None:
                     "of trace text in every session (contexts over 1M)")
     ap.add_argument("--router-context", type=int, default=1_000_000)
     ap.add_argument("--no-router", action="store_true")
+    ap.add_argument("--latency-only", action="store_true", help="time the incremental calls alone: no "
+                    "baselines between them to evict its caches; exactness checked on every 50th call")
     args = ap.parse_args()
-    rows = replay(args.trace, args.sessions, args.max_calls, args.baseline_every, args.pad)
+    rows = replay(args.trace, args.sessions, args.max_calls, args.baseline_every, args.pad, args.latency_only)
     print_bands(rows)
     if args.no_router:
         return
