@@ -104,7 +104,7 @@ def test_large_appends_route_to_full_tokenization(tokenizers):
 edits = st.tuples(mixed_text, st.floats(0, 1), mixed_text)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), a=mixed_text, steps=st.lists(edits, min_size=1, max_size=4), window=st.sampled_from([1, 3, 8, 40]))
 def test_random_appends_and_edits_are_exact(tokenizers, data, a, steps, window):
     name = data.draw(st.sampled_from(sorted(tokenizers)))

@@ -22,7 +22,7 @@ def test_trace_replay_is_exact_at_every_call(shared_dir, capsys):
     inc = IncrementalTokenizer(tok, shadow_rate=0)
     calls = 0
     for s, text in rendered_calls(shared_dir / "traces" / "agent_sessions.jsonl",
-                                  ChatTemplate.from_model_dir(model_dir), sessions=3, max_calls=40):
+                                  ChatTemplate.from_model_dir(model_dir), sessions=6, max_calls=80):
         assert inc.encode(text, "demo", key=f"session{s}").tolist() == tok.encode(text, allowed_special="all")
         calls += 1
     st = inc.stats
