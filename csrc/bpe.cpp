@@ -158,17 +158,15 @@ int64_t BytePairModel::whole(const uint8_t* p, size_t n, uint64_t h) const {
   return int64_t(find(p, n, h)) - 1;
 }
 
-void BytePairModel::merge(const uint8_t* p, size_t n, std::vector<uint32_t>& out) const {
+uint32_t* BytePairModel::merge(const uint8_t* p, size_t n, uint32_t* w) const {
   if (n == 1) {
-    out.push_back(byte_ids_[p[0]]);
-  } else if (n <= kSmallPiece) {
-    merge_small(p, n, out);
-  } else {
-    merge_heap(p, n, out);
+    *w = byte_ids_[p[0]];
+    return w + 1;
   }
+  return n <= kSmallPiece ? merge_small(p, n, w) : merge_heap(p, n, w);
 }
 
-void BytePairModel::merge_small(const uint8_t* p, size_t n, std::vector<uint32_t>& out) const {
+uint32_t* BytePairModel::merge_small(const uint8_t* p, size_t n, uint32_t* w) const {
   uint32_t ids[kSmallPiece], prio[kSmallPiece], merged[kSmallPiece];
   auto pair_at = [&](size_t k) {
     const Merge* m = merges_.find(ids[k], ids[k + 1]);
@@ -192,10 +190,11 @@ void BytePairModel::merge_small(const uint8_t* p, size_t n, std::vector<uint32_t
     if (best + 1 < n) pair_at(best);
     if (best > 0) pair_at(best - 1);
   }
-  out.insert(out.end(), ids, ids + n);
+  std::memcpy(w, ids, n * sizeof(uint32_t));
+  return w + n;
 }
 
-void BytePairModel::merge_heap(const uint8_t* p, size_t n, std::vector<uint32_t>& out) const {
+uint32_t* BytePairModel::merge_heap(const uint8_t* p, size_t n, uint32_t* w) const {
   struct Node {
     uint32_t id;
     int64_t prev, next;
@@ -226,7 +225,8 @@ void BytePairModel::merge_heap(const uint8_t* p, size_t n, std::vector<uint32_t>
     push(a.prev);
     push(left);
   }
-  for (int64_t k = 0; k >= 0; k = nodes[k].next) out.push_back(nodes[k].id);
+  for (int64_t k = 0; k >= 0; k = nodes[k].next) *w++ = nodes[k].id;
+  return w;
 }
 
 }  // namespace zllm

@@ -82,8 +82,9 @@ class BytePairModel {
   // The id of a piece that is one whole token, or -1.
   int64_t whole(const uint8_t* p, size_t n, uint64_t h) const;
   bool whole_piece_first() const { return whole_piece_first_; }
-  // Appends the merged ids of one piece (no whole-piece shortcut, no cache).
-  void merge(const uint8_t* p, size_t n, std::vector<uint32_t>& out) const;
+  // Writes the merged ids of one piece (at most n) at w and returns the end (no whole-piece
+  // shortcut, no cache).
+  uint32_t* merge(const uint8_t* p, size_t n, uint32_t* w) const;
   size_t num_tokens() const { return offsets_.size() - 1; }
   bool has(uint32_t id) const { return id + 1 < offsets_.size() && offsets_[id + 1] > offsets_[id]; }
   std::string token_bytes(uint32_t id) const { return arena_.substr(offsets_[id], offsets_[id + 1] - offsets_[id]); }
@@ -95,8 +96,8 @@ class BytePairModel {
   uint32_t find(const uint8_t* p, size_t n, uint64_t h) const {
     return index_.find(p, n, h, offsets_.data(), arena_.data());
   }
-  void merge_small(const uint8_t* p, size_t n, std::vector<uint32_t>& out) const;
-  void merge_heap(const uint8_t* p, size_t n, std::vector<uint32_t>& out) const;
+  uint32_t* merge_small(const uint8_t* p, size_t n, uint32_t* w) const;
+  uint32_t* merge_heap(const uint8_t* p, size_t n, uint32_t* w) const;
 
   std::string arena_;
   std::vector<uint32_t> offsets_;  // token id -> [offsets_[id], offsets_[id + 1])

@@ -245,24 +245,24 @@ size_t token_length(const TokenizerCore& core, uint32_t id) {
 // and exactly the tokens before a character boundary have ends at or before it).
 py::tuple encode_tail(TokenizerCore& core, const SpecialPolicy& policy, const py::str& text, size_t base) {
   View t = utf8_view(text);
-  std::vector<uint32_t> ids;
+  Tokens tokens;
   long bad;
   {
     py::gil_scoped_release nogil;
     std::unique_ptr<PieceCache> cache = core.acquire_cache();
-    ids.reserve(t.size / 3 + 16);
-    bad = core.encode(t.data, t.size, policy, *cache, ids);
+    bad = core.encode(t.data, t.size, policy, *cache, tokens);
     core.release_cache(std::move(cache));
   }
   if (bad >= 0) throw py::value_error("disallowed special token in text");
-  py::array_t<uint32_t> out_ids(ids.size()), out_ends(ids.size());
+  py::array_t<uint32_t> out_ids(tokens.size), out_ends(tokens.size);
   uint32_t* pi = out_ids.mutable_data();
   uint32_t* pe = out_ends.mutable_data();
   size_t at = 0, chars = base;
-  for (size_t k = 0; k < ids.size(); ++k) {
-    const size_t end = at + token_length(core, ids[k]);
+  for (size_t k = 0; k < tokens.size; ++k) {
+    const uint32_t id = tokens.ids[k];
+    const size_t end = at + token_length(core, id);
     for (; at < end; ++at) chars += !continuation(t.data[at]);
-    pi[k] = ids[k];
+    pi[k] = id;
     pe[k] = uint32_t(chars);
   }
   return py::make_tuple(out_ids, out_ends);

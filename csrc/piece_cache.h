@@ -28,11 +28,11 @@ class HotPieces {
   static Key key(const uint8_t* p, size_t n) {
     return Key{load_prefix(p, n < 8 ? n : 8), n > 8 ? load_prefix(p + 8, n - 8) : 0, uint32_t(n)};
   }
-  // Appends the piece's ids and returns true on a hit.
-  bool find(const Key& k, std::vector<uint32_t>& out) const {
+  // On a hit, writes the piece's ids at w, advances w and returns true.
+  bool find(const Key& k, uint32_t*& w) const {
     const Slot& s = slots_[index(k)];
     if (s.len != k.len || s.lo != k.lo || s.hi != k.hi) return false;
-    out.insert(out.end(), s.ids, s.ids + s.ntok);
+    for (uint32_t j = 0; j < s.ntok; ++j) *w++ = s.ids[j];
     return true;
   }
   void insert(const Key& k, const uint32_t* ids, size_t m) {
@@ -67,13 +67,14 @@ class PieceCache {
 
   PieceCache() : slots_(2 * kMaxEntries, 0) {}
 
-  bool find(const uint8_t* p, size_t n, uint64_t h, std::vector<uint32_t>& out) const {
+  bool find(const uint8_t* p, size_t n, uint64_t h, uint32_t*& w) const {
     for (size_t i = h & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
       uint32_t s = slots_[i];
       if (!s) return false;
       const Entry& e = entries_[s - 1];
       if (e.hash == h && e.key_len == n && std::memcmp(keys_.data() + e.key_off, p, n) == 0) {
-        out.insert(out.end(), ids_.begin() + e.ids_off, ids_.begin() + e.ids_off + e.ids_len);
+        std::memcpy(w, ids_.data() + e.ids_off, e.ids_len * sizeof(uint32_t));
+        w += e.ids_len;
         return true;
       }
     }

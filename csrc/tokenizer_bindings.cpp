@@ -38,11 +38,12 @@ void grow_int_cache(size_t n) {
   while (ints.size() < n) ints.push_back(PyLong_FromSize_t(ints.size()));
 }
 
-py::list to_list(const std::vector<uint32_t>& ids) {
+py::list to_list(const Tokens& tokens) {
   const auto& ints = int_cache();
-  PyObject* list = PyList_New(Py_ssize_t(ids.size()));
+  const uint32_t* ids = tokens.ids.get();
+  PyObject* list = PyList_New(Py_ssize_t(tokens.size));
   if (!list) throw py::error_already_set();
-  for (size_t i = 0; i < ids.size(); ++i) {
+  for (size_t i = 0; i < tokens.size; ++i) {
     PyObject* v;
     if (ids[i] < ints.size()) {
       v = ints[ids[i]];
@@ -74,14 +75,13 @@ class CacheLease {
   std::unique_ptr<PieceCache> cache_;
 };
 
-std::vector<uint32_t> encode_one(TokenizerCore& core, const py::str& text, const SpecialPolicy& policy) {
+Tokens encode_one(TokenizerCore& core, const py::str& text, const SpecialPolicy& policy) {
   Text t = utf8_of(text);
-  std::vector<uint32_t> out;
+  Tokens out;
   long bad;
   {
     py::gil_scoped_release nogil;
     CacheLease cache(core);
-    out.reserve(t.size / 3 + 16);
     bad = core.encode(t.data, t.size, policy, *cache, out);
   }
   if (bad >= 0) raise_disallowed(core, bad);
@@ -91,7 +91,7 @@ std::vector<uint32_t> encode_one(TokenizerCore& core, const py::str& text, const
 py::list encode_batch(TokenizerCore& core, const py::list& texts, const SpecialPolicy& policy, int threads) {
   std::vector<Text> in;
   for (const py::handle& t : texts) in.push_back(utf8_of(t));
-  std::vector<std::vector<uint32_t>> out(in.size());
+  std::vector<Tokens> out(in.size());
   std::vector<long> bad(in.size(), -1);
   {
     py::gil_scoped_release nogil;
@@ -190,7 +190,7 @@ void register_tokenizer(py::module_& m) {
         return ids;
       }, "Special ids in the order SpecialPolicy vectors are indexed.")
       .def("encode", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return to_list(encode_one(c, t, p)); })
-      .def("count", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return encode_one(c, t, p).size(); })
+      .def("count", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return encode_one(c, t, p).size; })
       .def("encode_batch", &encode_batch, py::arg("texts"), py::arg("policy"), py::arg("threads"))
       .def("decode_bytes", &decode_bytes)
       .def("split", &split_pieces, "Pre-tokenizer pieces of ordinary text (no special splitting).");

@@ -41,7 +41,9 @@ size_t TokenizerCore::find_special(const uint8_t* s, size_t n, size_t from, size
 }
 
 long TokenizerCore::encode(const uint8_t* s, size_t n, const SpecialPolicy& policy, PieceCache& cache,
-                           std::vector<uint32_t>& out) const {
+                           Tokens& out) const {
+  out.ids.reset(new uint32_t[n + 1]);  // a token covers at least one byte, a special too
+  uint32_t* w = out.ids.get();
   size_t start = 0, from = 0, k = 0;
   while (policy.any) {
     size_t at = find_special(s, n, from, &k);
@@ -51,11 +53,12 @@ long TokenizerCore::encode(const uint8_t* s, size_t n, const SpecialPolicy& poli
       from = at + 1;
       continue;
     }
-    encode_ordinary(s + start, at - start, cache, out);
-    out.push_back(specials_[k].id);
+    w = encode_ordinary(s + start, at - start, cache, w);
+    *w++ = specials_[k].id;
     start = from = at + specials_[k].bytes.size();
   }
-  encode_ordinary(s + start, n - start, cache, out);
+  w = encode_ordinary(s + start, n - start, cache, w);
+  out.size = size_t(w - out.ids.get());
   return -1;
 }
 
@@ -79,48 +82,52 @@ void TokenizerCore::split(const uint8_t* s, size_t n, std::vector<uint32_t>& end
   }
 }
 
-void TokenizerCore::encode_ordinary(const uint8_t* s, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const {
+uint32_t* TokenizerCore::encode_ordinary(const uint8_t* s, size_t n, PieceCache& cache, uint32_t* w) const {
   if (grammars_.size() == 1) {  // the common shape: stream pieces through a small buffer
     uint32_t ends[256];
     size_t pos = 0, begin = 0;
     while (size_t k = next_pieces(grammars_[0], s, n, &pos, ends, 256)) {
       for (size_t j = 0; j < k; ++j) {
-        encode_piece(s + begin, ends[j] - begin, cache, out);
+        w = encode_piece(s + begin, ends[j] - begin, cache, w);
         begin = ends[j];
       }
     }
-    return;
+    return w;
   }
   thread_local std::vector<uint32_t> ends;
   ends.clear();
   split(s, n, ends);
   uint32_t begin = 0;
   for (uint32_t end : ends) {
-    encode_piece(s + begin, end - begin, cache, out);
+    w = encode_piece(s + begin, end - begin, cache, w);
     begin = end;
   }
+  return w;
 }
 
-void TokenizerCore::encode_piece(const uint8_t* p, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const {
-  if (n > HotPieces::kMaxBytes) return encode_cold_piece(p, n, cache, out);
+uint32_t* TokenizerCore::encode_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const {
+  if (n > HotPieces::kMaxBytes) return encode_cold_piece(p, n, cache, w);
   const HotPieces::Key key = HotPieces::key(p, n);
-  if (cache.hot.find(key, out)) return;
-  size_t before = out.size();
-  encode_cold_piece(p, n, cache, out);
-  cache.hot.insert(key, out.data() + before, out.size() - before);
+  if (cache.hot.find(key, w)) return w;
+  uint32_t* end = encode_cold_piece(p, n, cache, w);
+  cache.hot.insert(key, w, size_t(end - w));
+  return end;
 }
 
-void TokenizerCore::encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const {
-  if (n == 1) return model_.merge(p, n, out);
+uint32_t* TokenizerCore::encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const {
+  if (n == 1) return model_.merge(p, n, w);
   uint64_t h = hash_bytes(p, n);
   if (model_.whole_piece_first()) {
     int64_t id = model_.whole(p, n, h);
-    if (id >= 0) return out.push_back(uint32_t(id));
+    if (id >= 0) {
+      *w = uint32_t(id);
+      return w + 1;
+    }
   }
-  if (cache.find(p, n, h, out)) return;
-  size_t before = out.size();
-  model_.merge(p, n, out);
-  cache.insert(p, n, h, out.data() + before, out.size() - before);
+  if (cache.find(p, n, h, w)) return w;
+  uint32_t* end = model_.merge(p, n, w);
+  cache.insert(p, n, h, w, size_t(end - w));
+  return end;
 }
 
 bool TokenizerCore::append_token_bytes(uint32_t id, std::string& out) const {

@@ -21,6 +21,12 @@ struct SpecialPolicy {
   bool any = false;                          // some special is allowed or disallowed
 };
 
+// Token ids of one text; allocated for the worst case (one token per byte) without zeroing.
+struct Tokens {
+  std::unique_ptr<uint32_t[]> ids;
+  size_t size = 0;
+};
+
 struct Special {
   std::string bytes;
   uint32_t id;
@@ -30,9 +36,8 @@ class TokenizerCore {
  public:
   TokenizerCore(BytePairModel model, std::vector<Grammar> grammars, std::vector<Special> specials);
 
-  // Appends the ids of s[0, n). Returns -1, or the index of a disallowed special found.
-  long encode(const uint8_t* s, size_t n, const SpecialPolicy& policy, PieceCache& cache,
-              std::vector<uint32_t>& out) const;
+  // The ids of s[0, n) into out. Returns -1, or the index of a disallowed special found.
+  long encode(const uint8_t* s, size_t n, const SpecialPolicy& policy, PieceCache& cache, Tokens& out) const;
   // Pieces of ordinary text (no special splitting), as end offsets relative to s.
   void split(const uint8_t* s, size_t n, std::vector<uint32_t>& ends) const;
   bool append_token_bytes(uint32_t id, std::string& out) const;
@@ -45,9 +50,10 @@ class TokenizerCore {
 
  private:
   size_t find_special(const uint8_t* s, size_t n, size_t from, size_t* index) const;
-  void encode_ordinary(const uint8_t* s, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const;
-  void encode_piece(const uint8_t* p, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const;
-  void encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, std::vector<uint32_t>& out) const;
+  // Each writes the ids of its text at w (at most one per byte) and returns the end.
+  uint32_t* encode_ordinary(const uint8_t* s, size_t n, PieceCache& cache, uint32_t* w) const;
+  uint32_t* encode_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const;
+  uint32_t* encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const;
 
   BytePairModel model_;
   std::vector<Grammar> grammars_;

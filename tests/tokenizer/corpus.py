@@ -14,17 +14,19 @@ SAMPLE_STDLIB_CHARS = 1_500_000
 SAMPLE_TRACE_SESSIONS = 2
 
 
-def stdlib_sources(full: bool = FULL) -> list[str]:
-    """Python sources of the standard library; a sample takes every k-th file."""
+def stdlib_sources(full: bool = FULL, limit_chars: int | None = None) -> list[str]:
+    """Python sources of the standard library in path order, up to about `limit_chars`; the
+    sample takes every 40th file up to SAMPLE_STDLIB_CHARS."""
     paths = sorted(Path(sysconfig.get_paths()["stdlib"]).rglob("*.py"))
-    texts = []
-    step = 1 if full else 40
-    for path in paths[::step]:
+    limit = limit_chars if full else SAMPLE_STDLIB_CHARS
+    texts, size = [], 0
+    for path in paths[::1 if full else 40]:
         try:
             texts.append(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, OSError):
             continue
-        if not full and sum(map(len, texts)) > SAMPLE_STDLIB_CHARS:
+        size += len(texts[-1])
+        if limit is not None and size > limit:
             break
     return texts
 

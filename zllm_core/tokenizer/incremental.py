@@ -23,7 +23,7 @@ import numpy as np
 from zllm_core import _native
 from zllm_core.tokenizer.session_store import Session, SessionStore, TokenRun
 from zllm_core.tokenizer.shadow import Mismatch, ShadowVerifier
-from zllm_core.tokenizer.tokenizer import SpecialSet, Tokenizer
+from zllm_core.tokenizer.tokenizer import SpecialSet, Tokenizer, _repair_surrogates
 
 WINDOW_BYTES = 512
 MAX_DOUBLINGS = 5
@@ -75,7 +75,6 @@ class IncrementalTokenizer:
         self._core = tokenizer._core
         self._grammar = tokenizer.rules[0].to_native()
         self._policy = tokenizer._policy(allowed_special, "all")
-        self._normalizer = tokenizer._normalizer is not None
         self._longest_special = max((len(s) for s in tokenizer.special_tokens), default=0)
         self._lock = threading.Lock()
         self.shadow = ShadowVerifier(reference or self._reference, self._invalidate, tokenizer.decode,
@@ -87,8 +86,7 @@ class IncrementalTokenizer:
         longest shared prefix in `scope`); the session is then also found by `save_as`.
         copy=False returns a read-only view of the session's tokens instead of a copy (O(n)):
         valid until the session's next call, for a caller that consumes it at once."""
-        if self._normalizer:  # NFC is not prefix-stable: normalise everything, compare normal forms
-            text = self.tokenizer._prepare(text)
+        text = self.tokenizer._normalize(text)  # NFC is not prefix-stable: compare normal forms
         with self._lock:
             self.stats.calls += 1
             session = self.store.find(scope, text, key)
@@ -163,8 +161,8 @@ class IncrementalTokenizer:
     def _repaired(self, text: str, clean_upto: int) -> str:
         """Session texts hold no surrogates (tiktoken repairs them): a text with one in
         text[clean_upto:] is repaired as a whole, rarely."""
-        if not self._normalizer and _native.has_surrogates(text, clean_upto):
-            return self.tokenizer._prepare(text)
+        if _native.has_surrogates(text, clean_upto):
+            return _repair_surrogates(text)
         return text
 
     def _restart(self, session: Session, text: str, forked: bool) -> Session:

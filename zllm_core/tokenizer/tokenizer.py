@@ -62,22 +62,26 @@ class Tokenizer:
     def encode(self, text: str, *, allowed_special: SpecialSet = frozenset(),
                disallowed_special: SpecialSet = "all") -> list[int]:
         policy = self._policy(allowed_special, disallowed_special)
-        return self._core.encode(self._prepare(text), policy)
+        return self._native_call(self._core.encode, text, policy)
 
     def count(self, text: str, *, allowed_special: SpecialSet = frozenset(),
               disallowed_special: SpecialSet = "all") -> int:
         policy = self._policy(allowed_special, disallowed_special)
-        return self._core.count(self._prepare(text), policy)
+        return self._native_call(self._core.count, text, policy)
 
     def encode_batch(self, texts: Sequence[str], *, allowed_special: SpecialSet = frozenset(),
                      disallowed_special: SpecialSet = "all", num_threads: int | None = None) -> list[list[int]]:
         policy = self._policy(allowed_special, disallowed_special)
-        prepared = [self._prepare(t) for t in texts]
-        return self._core.encode_batch(prepared, policy, num_threads or os.cpu_count() or 1)
+        texts = [self._normalize(t) for t in texts]
+        threads = num_threads or os.cpu_count() or 1
+        try:
+            return self._core.encode_batch(texts, policy, threads)
+        except UnicodeEncodeError:
+            return self._core.encode_batch([_repair_surrogates(t) for t in texts], policy, threads)
 
     def pieces(self, text: str) -> list[str]:
         """The pre-tokenizer's pieces of ordinary text (special strings are not split out)."""
-        return self._core.split(self._prepare(text))
+        return self._native_call(self._core.split, text)
 
     # ---- decoding
     def decode_bytes(self, ids: Collection[int]) -> bytes:
@@ -90,17 +94,15 @@ class Tokenizer:
         return self._core.decode_bytes([token_id])
 
     # ---- internals
-    def _prepare(self, text: str) -> str:
-        """Repairs lone surrogates as tiktoken does (a pair becomes its character, a lone one
-        U+FFFD) and applies the normalizer. Both are no-ops for almost every text."""
-        if not text.isascii():
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:
-                text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-            if self._normalizer == "NFC":
-                text = unicodedata.normalize("NFC", text)
-        return text
+    def _native_call(self, fn, text: str, *args):
+        text = self._normalize(text)
+        try:
+            return fn(text, *args)
+        except UnicodeEncodeError:  # raised before any work when the text has lone surrogates
+            return fn(_repair_surrogates(text), *args)
+
+    def _normalize(self, text: str) -> str:
+        return unicodedata.normalize("NFC", text) if self._normalizer == "NFC" and not text.isascii() else text
 
     def _policy(self, allowed: SpecialSet, disallowed: SpecialSet) -> _native.SpecialPolicy:
         allowed_set = frozenset(self.special_tokens) if allowed == "all" else frozenset(allowed)
@@ -118,3 +120,8 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer({self.name!r}, vocab_size={self.vocab_size}, rules={[r.name for r in self.rules]})"
+
+
+def _repair_surrogates(text: str) -> str:
+    """tiktoken's repair: a surrogate pair becomes its character, a lone surrogate U+FFFD."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
