@@ -2,7 +2,7 @@
 
 Agents resend the whole conversation and append a little each call. A session keeps the last
 text and its tokens; a call re-tokenizes only from a stable piece boundary in a window of W
-bytes before the point where the new text diverges from the stored one, and splices:
+characters before the point where the new text diverges from the stored one, and splices:
 cost O(appended text + W), independent of the context length. The boundary is proven from
 the family's pre-tokenizer rules (csrc/incremental.cpp states the proof), and the old and new
 token streams must also agree on every token between the window start and the last stable
@@ -25,7 +25,7 @@ from zllm_core.tokenizer.session_store import Session, SessionStore, TokenRun
 from zllm_core.tokenizer.shadow import Mismatch, ShadowVerifier
 from zllm_core.tokenizer.tokenizer import SpecialSet, Tokenizer, _repair_surrogates
 
-WINDOW_BYTES = 512
+WINDOW_CHARS = 512
 MAX_DOUBLINGS = 5
 # Appends longer than this go straight to full tokenization. On CPU the repair only ever adds
 # a window to the append's own work, so there is no crossover to measure against a CPU full
@@ -63,7 +63,7 @@ class _Splice:
 
 class IncrementalTokenizer:
     def __init__(self, tokenizer: Tokenizer, budget_bytes: int = 1 << 30, *,
-                 allowed_special: SpecialSet = "all", window: int = WINDOW_BYTES,
+                 allowed_special: SpecialSet = "all", window: int = WINDOW_CHARS,
                  max_doublings: int = MAX_DOUBLINGS, route_full_after: int | None = ROUTE_FULL_AFTER,
                  shadow_rate: float = 0.05, shadow_seed: int | None = None,
                  reference: Callable[[str], Sequence[int]] | None = None):
