@@ -3,7 +3,7 @@
 Agents resend the whole conversation and append a little each call. A session keeps the last
 text and its tokens; a call re-tokenizes only from a stable piece boundary in a window of W
 characters before the point where the new text diverges from the stored one, and splices:
-cost O(appended text + W), independent of the context length. The boundary is proven from
+cost O(appended text + W) plus one memcmp of the prompt against the stored text. The boundary is proven from
 the family's pre-tokenizer rules (csrc/incremental.cpp states the proof), and the old and new
 token streams must also agree on every token between the window start and the last stable
 boundary before the divergence. With no provable boundary in the window W doubles, up to
