@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import time
 from pathlib import Path
@@ -24,12 +23,14 @@ from zllm_core.cache.block_pool import BlockPool, KVLayout
 from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
 from zllm_core.cache.scope import CacheHint, Scope
 from zllm_core.dialects.chat_template import ChatTemplate
-from zllm_core.dialects.conversation import FunctionTool, Message, ToolCall
+from zllm_core.dialects.conversation import Message
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.model.demo import resolve_model_dir
 from zllm_core.model.loader import load_model
 from zllm_core.tokenizer import Tokenizer
+
+from trace_replay import trace_requests  # bench/ is on sys.path when run as a script
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 FIRST_TOKEN = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
@@ -57,36 +58,6 @@ def bench_ttft(engine: LLMEngine, prefixes: list[int]) -> None:
         miss, _ = ttft(engine, prefix + random_tokens(rng, 32), f"miss{n}")
         hit, cached = ttft(engine, prefix + random_tokens(rng, 32), f"hit{n}")
         print(f"{n:>7} {miss:>9.3f} {hit:>9.4f} {cached:>7} {miss / hit:>8.1f}x")
-
-
-def trace_requests(path: Path, sessions: int, max_calls: int):
-    """(session index, system, tools, messages) for each call of the first ``sessions`` sessions."""
-    with path.open() as f:
-        for s, line in zip(range(sessions), f):
-            session = json.loads(line)
-            tools = [FunctionTool(t["function"]["name"], t["function"].get("description"),
-                                  t["function"].get("parameters", {})) for t in session["tools"]]
-            history: list[Message] = []
-            events = session["events"]
-            done = 0
-            for call in session["calls"][:max_calls]:
-                for event in events[done:call]:
-                    history = apply_event(history, event)
-                done = call
-                yield s, session["system"], tools, list(history)
-
-
-def apply_event(history: list[Message], event: dict) -> list[Message]:
-    role = event["role"]
-    if role == "compact":  # the client replaced everything so far with a summary
-        return [Message("user", event["content"])]
-    if role == "assistant":
-        calls = tuple(ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
-                      for c in event.get("tool_calls") or ())
-        return history + [Message("assistant", event.get("content") or "", event.get("reasoning_content"), calls)]
-    if role == "tool":
-        return history + [Message("tool", event["content"], tool_call_id=event["tool_call_id"])]
-    return history + [Message(role, event["content"])]
 
 
 def bench_hit_rate(model_dir: Path, sessions: int, max_calls: int, sizes: list[int]) -> None:

@@ -1,0 +1,159 @@
+"""Incremental tokenization against full re-tokenization, replaying agent traces.
+
+Every call of every session is rendered through the demo model's chat template and encoded
+by IncrementalTokenizer (one session per trace session, found by key). Per call it times the
+incremental repair, full re-tokenization with tiktoken (the reference library) and with
+gigatoken with its cache warm (it encoded the previous call's text just before, the strongest
+cached baseline), and checks the incremental ids against zllm_core's full tokenization (which
+the tokenizer tests check against tiktoken). Prints p50/p99 per call in bands of context size
+with the ratios, the first-window acceptance rate, and the router measurement: time of one
+incremental call against one full tokenization for appends of growing size.
+
+    PYTHONPATH=$PWD python bench/tokenize_incremental.py [--trace PATH ...] [--sessions N]
+        [--max-calls N] [--baseline-every K] [--pad CHARS] [--no-router] [--latency-only]
+Contexts over 1M characters: the generator restarts 1% of calls, so its sessions rarely pass
+1M; --pad 1500000 starts every session with a 1.5M-character user message of trace text
+(a session that begins by reading a large input) and replays its real appends on top.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import gigatoken
+import tiktoken
+
+from zllm_core.dialects.chat_template import ChatTemplate
+from zllm_core.model.demo import resolve_model_dir
+from zllm_core.tokenizer import Tokenizer
+from zllm_core.tokenizer.incremental import IncrementalTokenizer
+from zllm_core.tokenizer.vocabulary import PACKAGE_VOCAB, SHARED_VOCAB, load_family
+
+from trace_replay import rendered_calls, trace_text  # bench/ is on sys.path when run as a script
+
+SHARED = Path(os.environ.get("ZLLM_SHARED_DIR", Path(__file__).resolve().parents[2] / "shared"))
+BANDS = [(0, 100_000, "<100K"), (100_000, 1_000_000, "100K-1M"), (1_000_000, 10**12, ">1M")]
+
+
+def tiktoken_of(tok: Tokenizer) -> tiktoken.Encoding:
+    vocab = load_family(tok.name, SHARED_VOCAB)
+    ranks = {t: i for i, t in enumerate(vocab.tokens) if t}
+    pattern = json.loads((PACKAGE_VOCAB / "families.json").read_text())[tok.name]["pat_str"]
+    return tiktoken.Encoding(tok.name, pat_str=pattern, mergeable_ranks=ranks,
+                             special_tokens=tok.special_tokens)
+
+
+def timed(fn, *args, **kwargs) -> tuple[float, object]:
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return time.perf_counter() - start, out
+
+
+def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: int,
+           latency_only: bool = False) -> list[tuple]:
+    model_dir = resolve_model_dir("zllm-demo")
+    tok = Tokenizer.from_pretrained(model_dir)
+    template = ChatTemplate.from_model_dir(model_dir)
+    inc = IncrementalTokenizer(tok, budget_bytes=4 << 30, shadow_rate=0)
+    tik = tiktoken_of(tok)
+    giga = gigatoken.Tokenizer.from_tiktoken(str(SHARED_VOCAB / f"{tok.name}.tiktoken"), pretokenizer=tok.name)
+    rows, calls, exact = [], 0, 0
+    preamble = trace_text(traces[-1], pad) if pad else ""
+    for t, trace in enumerate(traces):
+        for s, text in rendered_calls(trace, template, sessions, max_calls, preamble):
+            calls += 1
+            dt_inc, ids = timed(inc.encode, text, "bench", f"{t}/{s}", copy=False)
+            dt_copy, _ = timed(ids.copy)
+            if latency_only:  # nothing else runs between calls (checked on every 50th)
+                exact += 1 if calls % 50 else ids.tolist() == tok.encode(text, allowed_special="all")
+                rows.append((len(text), dt_inc, dt_inc + dt_copy, float("nan"), float("nan")))
+                continue
+            exact += ids.tolist() == tok.encode(text, allowed_special="all")
+            if calls % every:
+                continue
+            dt_tik, _ = timed(tik.encode, text, allowed_special="all")
+            dt_giga, _ = timed(giga.encode, text)  # warm: the previous call's text was encoded
+            rows.append((len(text), dt_inc, dt_inc + dt_copy, dt_tik, dt_giga))
+            giga.encode(text)  # keeps the next call's cache as warm as an agent's resend finds it
+    st = inc.stats
+    print(f"{calls} calls, {exact} identical to full tokenization; {st.repairs} repairs, {st.cold} cold, "
+          f"{st.fallbacks} fallbacks, {st.disagreements} disagreements")
+    print(f"first-window (512) acceptance {st.first_window_rate:.4%}; accepted by doubling {st.accepted_at}")
+    if exact != calls:
+        sys.exit("incremental ids differ from full tokenization")
+    return rows
+
+
+def pct(xs: list[float], q: float) -> float:
+    return statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) > 1 else xs[0]
+
+
+def print_bands(rows: list[tuple]) -> None:
+    """incr: the repair, returning a view of the session's tokens; +copy: returning a copy."""
+    print(f"\n{'context':>8} {'calls':>6} {'incr p50':>9} {'p99':>7} {'+copy p50':>10} {'p99':>7} "
+          f"{'tiktoken p50':>13} {'p99':>8} {'giga warm p50':>14} {'p99':>7} "
+          f"{'x tiktoken':>11} {'x giga':>7} {'(+copy)':>8}   (ms per call)")
+    for lo, hi, name in BANDS:
+        band = [r for r in rows if lo <= r[0] < hi]
+        if not band:
+            continue
+        inc, inc_copy, tik, giga = ([r[k] * 1e3 for r in band] for k in (1, 2, 3, 4))
+        print(f"{name:>8} {len(band):>6} {pct(inc, 50):>9.3f} {pct(inc, 99):>7.2f} {pct(inc_copy, 50):>10.3f} "
+              f"{pct(inc_copy, 99):>7.2f} {pct(tik, 50):>13.2f} {pct(tik, 99):>8.2f} {pct(giga, 50):>14.3f} "
+              f"{pct(giga, 99):>7.2f} {pct(tik, 50) / pct(inc, 50):>10.0f}x {pct(giga, 50) / pct(inc, 50):>6.1f}x "
+              f"{pct(giga, 50) / pct(inc_copy, 50):>7.1f}x")
+    print(f"\n{'context':>9} {'calls':>6} {'incr p50 ms':>12} {'+copy':>7} {'giga p50 ms':>12}   (cost as the context grows)")
+    for lo in (0, 100_000, 300_000, 600_000, 1_000_000, 2_000_000, 4_000_000):
+        band = [r for r in rows if lo <= r[0] < max(2 * lo, 100_000)]
+        if band:
+            print(f"{lo:>9,} {len(band):>6} {pct([r[1] * 1e3 for r in band], 50):>12.3f} "
+                  f"{pct([r[2] * 1e3 for r in band], 50):>7.3f} {pct([r[4] * 1e3 for r in band], 50):>12.3f}")
+
+
+def router(context: str, appends: list[int], repeats: int = 5) -> None:
+    """One incremental call against one full tokenization, for appends of growing size."""
+    tok = Tokenizer.from_pretrained(resolve_model_dir("zllm-demo"))
+    print(f"\nrouter: {len(context):,}-char context, then one append (ms, best of {repeats})")
+    print(f"{'append':>9} {'incremental':>12} {'full':>9}")
+    for n in appends:
+        new = context + "\n" + context[-n:] if n else context + "\n"
+        best_inc = best_full = float("inf")
+        for k in range(repeats):
+            inc = IncrementalTokenizer(tok, shadow_rate=0)
+            inc.encode(context, "r", "k")
+            best_inc = min(best_inc, timed(inc.encode, new, "r", "k")[0])
+            best_full = min(best_full, timed(tok.encode, new, allowed_special="all")[0])
+        print(f"{n:>9,} {best_inc * 1e3:>12.3f} {best_full * 1e3:>9.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trace", type=Path, nargs="+", default=[SHARED / "traces" / "agent_sessions.jsonl"])
+    ap.add_argument("--sessions", type=int, default=1000)
+    ap.add_argument("--max-calls", type=int, default=100_000)
+    ap.add_argument("--baseline-every", type=int, default=1, help="time the full baselines on every k-th call")
+    ap.add_argument("--pad", type=int, default=0, help="a first user message of this many characters "
+                    "of trace text in every session (contexts over 1M)")
+    ap.add_argument("--router-context", type=int, default=1_000_000)
+    ap.add_argument("--no-router", action="store_true")
+    ap.add_argument("--latency-only", action="store_true", help="time the incremental calls alone: no "
+                    "baselines between them to evict its caches; exactness checked on every 50th call")
+    args = ap.parse_args()
+    rows = replay(args.trace, args.sessions, args.max_calls, args.baseline_every, args.pad, args.latency_only)
+    print_bands(rows)
+    if args.no_router:
+        return
+    context = next(text for _, text in rendered_calls(args.trace[0], ChatTemplate.from_model_dir(
+        resolve_model_dir("zllm-demo")), 1, 1))
+    while len(context) < args.router_context:
+        context += context
+    router(context[:args.router_context], [0, 1_000, 10_000, 30_000, 100_000, 300_000, 1_000_000])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""Incremental tokenization equals full tokenization: A -> AB and A -> A'B for every family,
+with small windows so that the splice proof (not the whole-text fallback) decides."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.tokenizer.strategies import mixed_text
+from zllm_core import _native
+from zllm_core.tokenizer import Tokenizer
+from zllm_core.tokenizer.incremental import IncrementalTokenizer
+
+HF_SHAPES = ["qwen2", "llama3", "multi_split", "gpt2"]  # NFC, HF Split shapes, Split sequence
+LINES = "def f(x):\n    return x + 1\n\nclass A:\n  pass\n" * 3  # stable boundaries before the splice
+
+
+@pytest.fixture(scope="module")
+def tokenizers(family_tokenizers, hf_json_dir) -> dict[str, Tokenizer]:
+    hf = {f"hf_{s}": Tokenizer.from_tokenizer_json(hf_json_dir / f"{s}.json") for s in HF_SHAPES}
+    return {**family_tokenizers, **hf}
+
+
+def special_fragments(tok: Tokenizer) -> list[str]:
+    out = []
+    for s in list(tok.special_tokens)[:3]:
+        out += [s, s[: len(s) // 2], s[len(s) // 2:]]
+    return out
+
+
+def assert_steps_exact(tok: Tokenizer, texts: list[str], window: int) -> IncrementalTokenizer:
+    inc = IncrementalTokenizer(tok, window=window, shadow_rate=0)
+    for text in texts:
+        got = inc.encode(text, "scope", key="k").tolist()
+        assert got == tok.encode(text, allowed_special="all"), (texts, text)
+    return inc
+
+
+ADVERSARIAL = {  # (context tail A, append B): the boundary lands inside what the reference joins
+    "pipe|line": ("use a pipe", "line here"),
+    "digits": ("total 12", "3456 items"),
+    "digits long": ("n = 1234567", "89012\n"),
+    "space lookahead |\\n": ("x = 1  ", "\nnext"),
+    "space lookahead |x": ("x = 1    ", "x"),
+    "newline absorption": ("end;\n", "\n\nstart"),
+    "newline run": ("a\n\n", "  \n b"),
+    "\\r|\\n": ("line\r", "\nline"),
+    "contraction": ("I don", "'t know"),
+    "contraction upper": ("I DON", "'T KNOW"),
+    "contraction split": ("it'", "s"),
+    "combining mark": ("caf\u0065", "\u0301 ol\u00e9"),
+    "emoji zwj": ("family \U0001F468", "\u200d\U0001F469\u200d\U0001F467 ok"),
+    "emoji modifier": ("hand \U0001F44D", "\U0001F3FD"),
+    "leading space": ("word", " word"),
+    "leading spaces": ("word", "   word"),
+    "leading newline": ("word", "\n\n  word"),
+    "leading tab": ("word\n", "\tword"),
+    "punct slash": ("path\n", "/usr/bin"),
+    "punct newline slash": ("a;\n", "/b"),
+    "trailing spaces": ("word\n  ", "  "),
+    "unicode space": ("a\n\u3000", "\u3000b"),
+}
+
+
+@pytest.mark.parametrize("case", ADVERSARIAL)
+def test_adversarial_splices_are_exact(tokenizers, case):
+    a, b = ADVERSARIAL[case]
+    for name, tok in tokenizers.items():
+        for window in (1, 4, 64):
+            assert_steps_exact(tok, [LINES + a, LINES + a + b, LINES + a + b + "\n" + b], window)
+
+
+@pytest.mark.parametrize("name", ["qwen2", "cl100k_base"])
+def test_special_token_split_across_the_boundary(tokenizers, name):
+    tok = tokenizers[name]
+    special = list(tok.special_tokens)[-1]
+    for cut in range(len(special) + 1):
+        texts = [LINES + "user\n" + special[:cut], LINES + "user\n" + special + "\nassistant\n" + special]
+        assert_steps_exact(tok, texts, window=2)
+
+
+def test_repairs_are_spliced_not_recomputed(tokenizers):
+    inc = assert_steps_exact(tokenizers["qwen2"], [LINES * 40, LINES * 40 + "more\n", LINES * 40 + "more\nx\n"], 512)
+    assert inc.stats.repairs == 2 and inc.stats.accepted_at[0] == 2 and inc.stats.whole_window == 0
+
+
+def test_without_a_provable_boundary_the_window_doubles_then_falls_back(tokenizers):
+    one_line = "word " * 10_000  # no newline, no special: nothing to prove a boundary with
+    inc = assert_steps_exact(tokenizers["qwen2"], [one_line, one_line + "more"], 512)
+    assert inc.stats.fallbacks == 1 and sum(inc.stats.accepted_at) == 0 and inc.stats.first_window_rate == 0
+    text = one_line[:5000] + "\nx" + one_line[:1500]
+    inc = assert_steps_exact(tokenizers["qwen2"], [text, text + "more"], 512)
+    assert inc.stats.accepted_at[2] == 1  # the boundary lies 1.5K chars back: the second doubling finds it
+
+
+def test_large_appends_route_to_full_tokenization(tokenizers):
+    tok = tokenizers["qwen2"]
+    inc = IncrementalTokenizer(tok, route_full_after=500, shadow_rate=0)
+    for text in (LINES, LINES + "x\n" * 400, LINES + "x\n" * 400 + "y\n"):
+        assert inc.encode(text, "s", key="k").tolist() == tok.encode(text)
+    assert inc.stats.routed_full == 1 and inc.stats.repairs == 1
+
+
+edits = st.tuples(mixed_text, st.floats(0, 1), mixed_text)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), a=mixed_text, steps=st.lists(edits, min_size=1, max_size=4), window=st.sampled_from([1, 3, 8, 40]))
+def test_random_appends_and_edits_are_exact(tokenizers, data, a, steps, window):
+    name = data.draw(st.sampled_from(sorted(tokenizers)))
+    tok = tokenizers[name]
+    pieces = st.sampled_from(special_fragments(tok) + ["\n", "\n\n", " \n", "\r\n", "x\n"])
+    text, texts = LINES + a + data.draw(pieces), []
+    for append, cut, more in steps:
+        texts.append(text)
+        keep = len(LINES) + int(cut * (len(text) - len(LINES)))  # edits land anywhere after LINES
+        text = text[:keep] + append + data.draw(pieces) + more
+    assert_steps_exact(tok, texts + [text], window)
+
+
+def test_keyless_calls_find_the_session_by_prefix(tokenizers):
+    tok = tokenizers["qwen2"]
+    inc = IncrementalTokenizer(tok, shadow_rate=0)
+    base = LINES * 400  # several checkpoints long
+    inc.encode(base, "tenant-a")
+    assert inc.encode(base + "appended\n", "tenant-a").tolist() == tok.encode(base + "appended\n")
+    assert inc.stats.repairs == 1
+    inc.encode(base + "other\n", "tenant-b")  # another scope never shares sessions
+    assert inc.stats.cold == 2
+
+
+def test_keyless_fork_keeps_the_original_conversation(tokenizers):
+    tok = tokenizers["qwen2"]
+    inc = IncrementalTokenizer(tok, shadow_rate=0)
+    base = LINES * 400
+    inc.encode(base + "first branch\n", "s")
+    inc.encode(base + "second branch\n", "s")  # shares base: a fork, the first stays
+    assert inc.store.stats.sessions == 2
+    text = base + "first branch\nmore\n"
+    assert inc.encode(text, "s").tolist() == tok.encode(text)
+    assert inc.stats.cold == 1
+
+
+def test_sessions_are_evicted_least_recently_used_first(tokenizers):
+    tok = tokenizers["qwen2"]
+    inc = IncrementalTokenizer(tok, budget_bytes=1_000_000, shadow_rate=0)
+    for k in range(4):
+        inc.encode(f"conversation {k}\n" + LINES * 500, "s", key=str(k))
+    assert inc.store.stats.evictions > 0 and inc.store.stats.bytes <= 1_000_000
+    assert inc.store.find("s", "", "3") is not None and inc.store.find("s", "", "0") is None
+
+
+def test_save_as_renames_the_session_for_the_next_call(tokenizers):
+    tok = tokenizers["qwen2"]
+    inc = IncrementalTokenizer(tok, shadow_rate=0)
+    inc.encode(LINES, "s", save_as="resp_1")
+    text = LINES + "next turn\n"
+    assert inc.encode(text, "s", key="resp_1", save_as="resp_2").tolist() == tok.encode(text)
+    assert inc.store.find("s", "", "resp_2") is not None and inc.stats.cold == 1
+
+
+def test_lone_surrogates_are_repaired_like_the_reference(tokenizers):
+    tok = tokenizers["cl100k_base"]
+    texts = [LINES, LINES + "a\ud800b\n", LINES + "a\ud800b\nc\udc00"]
+    inc = IncrementalTokenizer(tok, window=4, shadow_rate=0)
+    for text in texts:
+        assert inc.encode(text, "s", key="k").tolist() == tok.encode(text)
+
+
+def boundaries(tok: Tokenizer, text: str, allowed="all", old: str | None = None) -> tuple[int, int]:
+    policy = tok._policy(allowed, "all")
+    return _native.stable_boundaries(tok._core, tok.rules[0].to_native(), policy, old or text, text, 0, len(text))
+
+
+def test_stable_boundaries_after_newlines_and_allowed_specials(tokenizers):
+    tok = tokenizers["qwen2"]
+    assert boundaries(tok, "a\nbc\nd") == (2, 5)
+    assert boundaries(tok, "a \n  b\n\n") == (3, 3)  # before the space run; not where text may follow
+    text = "a\n<|im_end|>\n<|im_start|>x"
+    assert boundaries(tok, text) == (12, 25)  # after each special, never next to one after \n
+    assert boundaries(tok, text, allowed=frozenset()) == (-1, -1)  # ordinary text: no segment
+    assert boundaries(tok, text, old="a\n<|im_end|>\n<|im_startX") == (12, 12)  # old text differs

@@ -1,0 +1,31 @@
+"""Replaying agent sessions rendered through the demo model's chat template: every call's
+incremental tokens equal full tokenization, and the first 512-char window almost always
+holds a proven boundary. (bench/tokenize_incremental.py replays the whole trace.)"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.tokenizer.conftest import report
+from zllm_core.dialects.chat_template import ChatTemplate
+from zllm_core.model.demo import resolve_model_dir
+from zllm_core.tokenizer import Tokenizer
+from zllm_core.tokenizer.incremental import IncrementalTokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from trace_replay import rendered_calls  # noqa: E402
+
+
+def test_trace_replay_is_exact_at_every_call(shared_dir, capsys):
+    model_dir = resolve_model_dir("zllm-demo")
+    tok = Tokenizer.from_pretrained(model_dir)
+    inc = IncrementalTokenizer(tok, shadow_rate=0)
+    calls = 0
+    for s, text in rendered_calls(shared_dir / "traces" / "agent_sessions.jsonl",
+                                  ChatTemplate.from_model_dir(model_dir), sessions=6, max_calls=80):
+        assert inc.encode(text, "demo", key=f"session{s}").tolist() == tok.encode(text, allowed_special="all")
+        calls += 1
+    st = inc.stats
+    report(capsys, f"{calls} calls: {st.repairs} repairs, first-window acceptance {st.first_window_rate:.3%}, "
+                   f"{st.fallbacks} fallbacks, {st.cold} cold")
+    assert st.disagreements == 0 and st.repairs > calls * 0.8 and st.first_window_rate > 0.98

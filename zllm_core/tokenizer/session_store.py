@@ -1,0 +1,179 @@
+"""Tokenization sessions: per conversation, the rendered text, its token ids and where each
+token ends, kept under a memory budget with LRU eviction.
+
+A request finds its session by an explicit key (prompt_cache_key, previous_response_id, a
+session header) or by the longest text prefix it shares with a recent session of its scope:
+chained hashes of the UTF-8 text at every `stride` bytes index the sessions, and a binary
+search over the request's own checkpoint hashes finds the longest indexed one (sharing a
+prefix up to checkpoint k implies sharing every earlier one). A hash collision only picks a
+poor session; the repair measures the real common prefix, so exactness never rests on it.
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from zllm_core import _native
+
+CHECKPOINT_STRIDE = 4096  # code points between prefix checkpoints
+
+
+class TokenRun:
+    """Token ids and their end offsets (code points) in growable buffers: replacing the tail after
+    token k costs O(new tokens), amortised."""
+
+    def __init__(self, ids: np.ndarray, ends: np.ndarray):
+        self._ids, self._ends, self.size = ids, ends, len(ids)
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._ids[:self.size]
+
+    @property
+    def ends(self) -> np.ndarray:
+        return self._ends[:self.size]
+
+    def splice(self, k: int, ids: np.ndarray, ends: np.ndarray) -> None:
+        """Keep the first k tokens, then append ids/ends."""
+        size = k + len(ids)
+        if size > len(self._ids):
+            capacity = max(size, 2 * len(self._ids), 256)
+            self._ids = _grown(self._ids, k, capacity)
+            self._ends = _grown(self._ends, k, capacity)
+        self._ids[k:size] = ids
+        self._ends[k:size] = ends
+        self.size = size
+
+    def copy(self, k: int) -> "TokenRun":
+        return TokenRun(self._ids[:k].copy(), self._ends[:k].copy())
+
+    @property
+    def nbytes(self) -> int:
+        return self._ids.nbytes + self._ends.nbytes
+
+
+def _grown(a: np.ndarray, keep: int, capacity: int) -> np.ndarray:
+    out = np.empty(capacity, dtype=a.dtype)
+    out[:keep] = a[:keep]
+    return out
+
+
+_session_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Session:
+    scope: str
+    text: str                # the text as tokenized (normalised, no surrogates)
+    tokens: TokenRun
+    checkpoints: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))  # uint64 chained
+    # hashes of text[:(k + 1) * CHECKPOINT_STRIDE], set by the store
+    keys: set[str] = field(default_factory=set)
+    id: int = field(default_factory=lambda: next(_session_ids))
+
+    @property
+    def nbytes(self) -> int:
+        utf8 = 0 if self.text.isascii() else 4 * len(self.text)  # the cached UTF-8, at most
+        return sys.getsizeof(self.text) + utf8 + self.tokens.nbytes + self.checkpoints.nbytes + 256
+
+
+@dataclass
+class StoreStats:
+    sessions: int = 0
+    bytes: int = 0
+    evictions: int = 0
+
+
+class SessionStore:
+    def __init__(self, budget_bytes: int, stride: int = CHECKPOINT_STRIDE):
+        self.budget_bytes = budget_bytes
+        self.stride = stride
+        self.stats = StoreStats()
+        self._lru: OrderedDict[int, Session] = OrderedDict()
+        self._by_key: dict[tuple[str, str], Session] = {}
+        self._by_checkpoint: dict[tuple[str, int], Session] = {}
+        self._sizes: dict[int, int] = {}
+
+    # ---- lookup
+    def find(self, scope: str, text: str, key: str | None) -> Session | None:
+        session = self._by_key.get((scope, key)) if key is not None else None
+        return session or self.longest_prefix(scope, text)
+
+    def longest_prefix(self, scope: str, text: str) -> Session | None:
+        hashes = _native.checkpoint_hashes(text, self.stride, 0, 0)
+        lo, hi, best = 0, len(hashes) - 1, None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            hit = self._by_checkpoint.get((scope, int(hashes[mid])))
+            if hit is not None:
+                best, lo = hit, mid + 1
+            else:
+                hi = mid - 1
+        return best
+
+    # ---- updates
+    def add(self, session: Session, key: str | None) -> None:
+        self._lru[session.id] = session
+        session.checkpoints = _native.checkpoint_hashes(session.text, self.stride, 0, 0)
+        self._index_checkpoints(session, 0)
+        self.remember(session, key)
+
+    def remember(self, session: Session, key: str | None) -> None:
+        """Makes `key` find `session` (a key names one session at a time)."""
+        if key is None:
+            return
+        old = self._by_key.get((session.scope, key))
+        if old is not None and old is not session:
+            old.keys.discard(key)
+        self._by_key[(session.scope, key)] = session
+        session.keys.add(key)
+
+    def replace_text(self, session: Session, text: str, diverged_at: int) -> None:
+        """`session.text` becomes `text`, which shares its first `diverged_at` code points."""
+        keep = min(diverged_at // self.stride, len(session.checkpoints))
+        if _native.unicode_kind(text) != _native.unicode_kind(session.text):
+            keep = 0  # hashes cover the str's storage, which changed width
+        for h in session.checkpoints[keep:]:
+            if self._by_checkpoint.get((session.scope, int(h))) is session:
+                del self._by_checkpoint[(session.scope, int(h))]
+        session.text = text
+        parent = int(session.checkpoints[keep - 1]) if keep else 0
+        fresh = _native.checkpoint_hashes(text, self.stride, keep, parent)
+        session.checkpoints = np.concatenate([session.checkpoints[:keep], fresh])
+        self._index_checkpoints(session, keep)
+
+    def touch(self, session: Session) -> None:
+        """Marks `session` most recently used and evicts down to the budget."""
+        self._lru.move_to_end(session.id)
+        size = session.nbytes
+        self.stats.bytes += size - self._sizes.get(session.id, 0)
+        self._sizes[session.id] = size
+        while self.stats.bytes > self.budget_bytes and len(self._lru) > 1:
+            self.drop(next(iter(self._lru)))
+            self.stats.evictions += 1
+        self.stats.sessions = len(self._lru)
+
+    def drop(self, session_id: int) -> bool:
+        session = self._lru.pop(session_id, None)
+        if session is None:
+            return False
+        self.stats.bytes -= self._sizes.pop(session_id, 0)
+        for key in session.keys:
+            if self._by_key.get((session.scope, key)) is session:
+                del self._by_key[(session.scope, key)]
+        for h in session.checkpoints:
+            if self._by_checkpoint.get((session.scope, int(h))) is session:
+                del self._by_checkpoint[(session.scope, int(h))]
+        self.stats.sessions = len(self._lru)
+        return True
+
+    def get(self, session_id: int) -> Session | None:
+        return self._lru.get(session_id)
+
+    def _index_checkpoints(self, session: Session, start: int) -> None:
+        for h in session.checkpoints[start:].tolist():
+            self._by_checkpoint[(session.scope, h)] = session
