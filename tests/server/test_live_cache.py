@@ -56,3 +56,17 @@ def test_metrics_count_a_repeated_prompt_as_cached(server, openai_client):
     assert blocks["free"] + blocks["used"] == blocks["total"] and blocks["allocated_bytes"] > 0
     assert after["requests_running"] == after["requests_waiting"] == 0
     assert isinstance(after["num_preemptions"], int) and isinstance(cache["evictions"], int)
+
+
+def test_a_resent_conversation_is_tokenized_incrementally(server, openai_client):
+    import httpx
+
+    before = httpx.get(server.url + "/metrics").json()["tokenizer"]
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Go on."}]
+    for turn in range(3):
+        reply, _ = ask(openai_client, messages)
+        messages += [{"role": "assistant", "content": reply.choices[0].message.content or ""},
+                     {"role": "user", "content": f"Step {turn} done."}]
+    after = httpx.get(server.url + "/metrics").json()["tokenizer"]
+    assert after["calls"] - before["calls"] == 3
+    assert after["repairs"] - before["repairs"] >= 2  # turns 2 and 3 splice onto turn 1's tokens

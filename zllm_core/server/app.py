@@ -34,8 +34,9 @@ def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> Fas
 
     @app.get("/metrics")
     async def metrics() -> dict[str, Any]:
-        """The engine's scheduler, KV pool and prefix-cache counters."""
-        return engine.metrics()
+        """The engine's scheduler, KV pool and prefix-cache counters, and the incremental
+        tokenizer's."""
+        return {**engine.metrics(), "tokenizer": prompts.metrics()}
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:

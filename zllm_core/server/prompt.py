@@ -14,6 +14,7 @@ import jinja2
 
 from zllm_core.dialects import ChatTemplate, DsmlPrompt, StreamParser, prompt_for
 from zllm_core.protocols.canonical import CanonicalRequest, RequestError
+from zllm_core.tokenizer.incremental import IncrementalTokenizer
 
 
 @dataclass(frozen=True)
@@ -24,12 +25,20 @@ class Prompt:
 
 
 class PromptBuilder:
-    def __init__(self, template: ChatTemplate | DsmlPrompt, tokenizer: Any):
-        self.template, self.tokenizer = template, tokenizer
+    """Renders with the model's template; tokenizes incrementally, so a conversation that
+    resends its whole context costs the appended text plus a window, not the context."""
+
+    def __init__(self, template: ChatTemplate | DsmlPrompt, tokenizer: Any,
+                 session_budget_bytes: int = 512 << 20):
+        self.template = template
+        self.tokens = IncrementalTokenizer(tokenizer, budget_bytes=session_budget_bytes, allowed_special="all")
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path, tokenizer: Any) -> "PromptBuilder":
         return cls(prompt_for(model_dir), tokenizer)
+
+    def metrics(self) -> dict[str, float]:
+        return self.tokens.metrics()
 
     def render(self, req: CanonicalRequest) -> str:
         extra = {} if req.thinking is None else {"enable_thinking": req.thinking}
@@ -43,8 +52,10 @@ class PromptBuilder:
 
     def build(self, req: CanonicalRequest) -> Prompt:
         text = self.render(req)
-        return Prompt(text, self.tokenizer.encode(text, allowed_special="all"),
-                      self.template.dialect.starts_in_reasoning(text))
+        # The cache key (prompt_cache_key, a response chain) finds the session directly;
+        # without one the longest stored text prefix does. Ids equal a full encode either way.
+        ids = self.tokens.encode(text, key=req.cache_key).tolist()
+        return Prompt(text, ids, self.template.dialect.starts_in_reasoning(text))
 
     def parser(self, req: CanonicalRequest, prompt: Prompt, scope: str) -> StreamParser:
         """An incremental parser splitting output text into text, reasoning and tool-call events."""
