@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Optional
+from typing import Optional
 
 from zllm_core.cache.block_pool import BlockPool
 from zllm_core.cache.prefix_cache import PrefixCache
