@@ -168,8 +168,8 @@ def test_lone_surrogates_are_repaired_like_the_reference(tokenizers):
 
 
 def boundaries(tok: Tokenizer, text: str, allowed="all", old: str | None = None) -> tuple[int, int]:
-    policy = tok._policy(allowed, "all")
-    return _native.stable_boundaries(tok._core, tok.rules[0].to_native(), policy, old or text, text, 0, len(text))
+    policy = tok.special_policy(allowed)
+    return _native.stable_boundaries(tok.native, tok.rules[0].to_native(), policy, old or text, text, 0, len(text))
 
 
 def test_stable_boundaries_after_newlines_and_allowed_specials(tokenizers):

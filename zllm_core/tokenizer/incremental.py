@@ -23,7 +23,7 @@ import numpy as np
 from zllm_core import _native
 from zllm_core.tokenizer.session_store import Session, SessionStore, TokenRun
 from zllm_core.tokenizer.shadow import Mismatch, ShadowVerifier
-from zllm_core.tokenizer.tokenizer import SpecialSet, Tokenizer, _repair_surrogates
+from zllm_core.tokenizer.tokenizer import SpecialSet, Tokenizer, repair_surrogates
 
 WINDOW_CHARS = 512
 MAX_DOUBLINGS = 5
@@ -72,9 +72,9 @@ class IncrementalTokenizer:
         self.store = SessionStore(budget_bytes)
         self.stats = IncrementalStats()
         self._allowed = allowed_special
-        self._core = tokenizer._core
+        self._core = tokenizer.native
         self._grammar = tokenizer.rules[0].to_native()
-        self._policy = tokenizer._policy(allowed_special, "all")
+        self._policy = tokenizer.special_policy(allowed_special)
         self._longest_special = max((len(s) for s in tokenizer.special_tokens), default=0)
         self._lock = threading.Lock()
         self.shadow = ShadowVerifier(reference or self._reference, self._invalidate, tokenizer.decode,
@@ -86,7 +86,7 @@ class IncrementalTokenizer:
         longest shared prefix in `scope`); the session is then also found by `save_as`.
         copy=False returns a read-only view of the session's tokens instead of a copy (O(n)):
         valid until the session's next call, for a caller that consumes it at once."""
-        text = self.tokenizer._normalize(text)  # NFC is not prefix-stable: compare normal forms
+        text = self.tokenizer.normalize(text)  # NFC is not prefix-stable: compare normal forms
         with self._lock:
             self.stats.calls += 1
             session = self.store.find(scope, text, key)
@@ -162,7 +162,7 @@ class IncrementalTokenizer:
         """Session texts hold no surrogates (tiktoken repairs them): a text with one in
         text[clean_upto:] is repaired as a whole, rarely."""
         if _native.has_surrogates(text, clean_upto):
-            return _repair_surrogates(text)
+            return repair_surrogates(text)
         return text
 
     def _restart(self, session: Session, text: str, forked: bool) -> Session:

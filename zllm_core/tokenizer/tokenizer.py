@@ -61,23 +61,23 @@ class Tokenizer:
     # ---- encoding
     def encode(self, text: str, *, allowed_special: SpecialSet = frozenset(),
                disallowed_special: SpecialSet = "all") -> list[int]:
-        policy = self._policy(allowed_special, disallowed_special)
+        policy = self.special_policy(allowed_special, disallowed_special)
         return self._native_call(self._core.encode, text, policy)
 
     def count(self, text: str, *, allowed_special: SpecialSet = frozenset(),
               disallowed_special: SpecialSet = "all") -> int:
-        policy = self._policy(allowed_special, disallowed_special)
+        policy = self.special_policy(allowed_special, disallowed_special)
         return self._native_call(self._core.count, text, policy)
 
     def encode_batch(self, texts: Sequence[str], *, allowed_special: SpecialSet = frozenset(),
                      disallowed_special: SpecialSet = "all", num_threads: int | None = None) -> list[list[int]]:
-        policy = self._policy(allowed_special, disallowed_special)
-        texts = [self._normalize(t) for t in texts]
+        policy = self.special_policy(allowed_special, disallowed_special)
+        texts = [self.normalize(t) for t in texts]
         threads = num_threads or os.cpu_count() or 1
         try:
             return self._core.encode_batch(texts, policy, threads)
         except UnicodeEncodeError:
-            return self._core.encode_batch([_repair_surrogates(t) for t in texts], policy, threads)
+            return self._core.encode_batch([repair_surrogates(t) for t in texts], policy, threads)
 
     def pieces(self, text: str) -> list[str]:
         """The pre-tokenizer's pieces of ordinary text (special strings are not split out)."""
@@ -93,18 +93,17 @@ class Tokenizer:
     def token_bytes(self, token_id: int) -> bytes:
         return self._core.decode_bytes([token_id])
 
-    # ---- internals
-    def _native_call(self, fn, text: str, *args):
-        text = self._normalize(text)
-        try:
-            return fn(text, *args)
-        except UnicodeEncodeError:  # raised before any work when the text has lone surrogates
-            return fn(_repair_surrogates(text), *args)
+    @property
+    def native(self) -> _native.TokenizerCore:
+        """The native tokenizer handle the incremental path's native functions take."""
+        return self._core
 
-    def _normalize(self, text: str) -> str:
+    def normalize(self, text: str) -> str:
+        """The text as this tokenizer sees it (NFC when the tokenizer.json asks for it)."""
         return unicodedata.normalize("NFC", text) if self._normalizer == "NFC" and not text.isascii() else text
 
-    def _policy(self, allowed: SpecialSet, disallowed: SpecialSet) -> _native.SpecialPolicy:
+    def special_policy(self, allowed: SpecialSet, disallowed: SpecialSet = "all") -> _native.SpecialPolicy:
+        """The native form of tiktoken's allowed/disallowed special sets (cached)."""
         allowed_set = frozenset(self.special_tokens) if allowed == "all" else frozenset(allowed)
         disallowed_set = (frozenset(self.special_tokens) - allowed_set if disallowed == "all"
                           else frozenset(disallowed))
@@ -118,10 +117,18 @@ class Tokenizer:
             self._policies[key] = policy
         return policy
 
+    # ---- internals
+    def _native_call(self, fn, text: str, *args):
+        text = self.normalize(text)
+        try:
+            return fn(text, *args)
+        except UnicodeEncodeError:  # raised before any work when the text has lone surrogates
+            return fn(repair_surrogates(text), *args)
+
     def __repr__(self) -> str:
         return f"Tokenizer({self.name!r}, vocab_size={self.vocab_size}, rules={[r.name for r in self.rules]})"
 
 
-def _repair_surrogates(text: str) -> str:
+def repair_surrogates(text: str) -> str:
     """tiktoken's repair: a surrogate pair becomes its character, a lone surrogate U+FFFD."""
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
