@@ -3,6 +3,8 @@
 // fixed by runs of character classes, so no backtracking over text is ever needed.
 #include "pretokenizer.h"
 
+#include <emmintrin.h>  // SSE2: part of every x86-64 target, so no dispatch is needed
+
 namespace zllm {
 namespace {
 
@@ -48,6 +50,46 @@ inline int utf8_len(uint8_t lead) { return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : l
 
 inline uint8_t ascii_lower(uint8_t c) { return (c >= 'A' && c <= 'Z') ? c | 0x20 : c; }
 
+// Bit k set where p[k] (k < 16) lies in [lo, hi]. Signed byte compares are exact here since
+// lo >= 0: bytes >= 0x80 read as negative and never match.
+inline uint32_t range_mask(__m128i b, char lo, char hi) {
+  __m128i in = _mm_and_si128(_mm_cmpgt_epi8(b, _mm_set1_epi8(char(lo - 1))),
+                             _mm_cmplt_epi8(b, _mm_set1_epi8(char(hi + 1))));
+  return uint32_t(_mm_movemask_epi8(in));
+}
+inline uint32_t byte_mask(__m128i b, char c) { return uint32_t(_mm_movemask_epi8(_mm_cmpeq_epi8(b, _mm_set1_epi8(c)))); }
+
+// Bit k set where p[k] (k < 16) is an ASCII character whose class is in `set`, the same
+// predicate as ascii_bits()[p[k]] & set. The ASCII classes are fixed by Unicode (see
+// unicode_classes.inc): Lu = A-Z, Ll = a-z, Num = 0-9, Space = TAB VT FF and ' ', CR, LF, and
+// every other ASCII byte is Other. Run loops test 16 bytes per step with it, so a run's end
+// costs one predictable branch instead of a loop exit that mispredicts once per piece. `set`
+// is a constant at every call site, so the unused classes fold away.
+inline uint32_t class_mask(const uint8_t* p, uint32_t set) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const uint32_t letter = range_mask(_mm_or_si128(b, _mm_set1_epi8(0x20)), 'a', 'z');  // folds case
+  const uint32_t upper = range_mask(b, 'A', 'Z'), digit = range_mask(b, '0', '9');
+  const uint32_t blank = range_mask(b, '\t', '\r') | byte_mask(b, ' ');  // \s, CR and LF included
+  const uint32_t newline = byte_mask(b, '\r') | byte_mask(b, '\n');
+  uint32_t m = 0;
+  if ((set & (bit(kLu) | bit(kLl))) == (bit(kLu) | bit(kLl))) {
+    m |= letter;
+  } else {
+    if (set & bit(kLu)) m |= upper;
+    if (set & bit(kLl)) m |= letter & ~upper;
+  }
+  if (set & bit(kNum)) m |= digit;
+  if ((set & kSpaces) == kSpaces) {
+    m |= blank;
+  } else {
+    if (set & bit(kSpace)) m |= blank & ~newline;
+    if (set & bit(kCR)) m |= byte_mask(b, '\r');
+    if (set & bit(kLF)) m |= byte_mask(b, '\n');
+  }
+  if (set & bit(kOther)) m |= ~(uint32_t(_mm_movemask_epi8(b)) | letter | digit | blank) & 0xFFFF;
+  return m;
+}
+
 class Scanner {
  public:
   Scanner(const Grammar& g, const uint8_t* s, size_t n)
@@ -80,12 +122,34 @@ class Scanner {
   bool in(size_t i, uint32_t set) const { return i < n_ && (bit(cls(i)) & set); }
   size_t run(size_t i, uint32_t set) const {
     for (;;) {
-      while (i < n_ && (ascii_[s_[i]] & set)) ++i;
+      if (i < n_ && s_[i] < 0x80) i = ascii_run(i, set);  // skipped inside non-ASCII words
       if (i >= n_ || s_[i] < 0x80) return i;
       int len;
       if (!(bit(CharClass(table_[decode_utf8(s_, i, &len)])) & set)) return i;
       i += len;
     }
+  }
+
+  // The end of the run of ASCII characters in `set` from i.
+  size_t ascii_run(size_t i, uint32_t set) const {
+    for (; i + 16 <= n_; i += 16)
+      if (uint32_t stop = ~class_mask(s_ + i, set) & 0xFFFF) return i + __builtin_ctz(stop);
+    while (i < n_ && (ascii_[s_[i]] & set)) ++i;
+    return i;
+  }
+
+  // The same for ASCII whitespace, also moving *after_newline to the end of the run's last
+  // CR or LF (left alone when the run has none).
+  size_t ascii_space_run(size_t i, size_t* after_newline) const {
+    for (; i + 16 <= n_; i += 16) {
+      const uint32_t stop = ~class_mask(s_ + i, kSpaces) & 0xFFFF;
+      const uint32_t inside = stop ? (stop & (0u - stop)) - 1 : 0xFFFF;  // bits before the stop
+      if (uint32_t nl = class_mask(s_ + i, bit(kCR) | bit(kLF)) & inside) *after_newline = i + 32 - __builtin_clz(nl);
+      if (stop) return i + __builtin_ctz(stop);
+    }
+    for (; i < n_ && (ascii_[s_[i]] & kSpaces); ++i)
+      if (s_[i] == '\r' || s_[i] == '\n') *after_newline = i + 1;
+    return i;
   }
 
   // `'(?:[sdmt]|ll|ve|re)`, optionally under (?i), where s also folds to U+017F (long s).
@@ -188,10 +252,7 @@ class Scanner {
   // follows the upper run, and `U+W*` the upper run otherwise. 0 when a non-ASCII character
   // ends a run (it could be Lm, Lo or M): the general path decides those.
   size_t ascii_cased_word(size_t s) const {
-    size_t u = s;
-    while (u < n_ && s_[u] >= 'A' && s_[u] <= 'Z') ++u;
-    size_t e = u;
-    while (e < n_ && s_[e] >= 'a' && s_[e] <= 'z') ++e;
+    const size_t e = ascii_run(ascii_run(s, bit(kLu)), bit(kLl));
     if (e < n_ && s_[e] >= 0x80) return 0;
     return suffix(e);
   }
@@ -200,9 +261,12 @@ class Scanner {
   // the run ends, where its last newline is, and where its last character starts.
   size_t spaces(size_t i) const {
     size_t e = i, last_start = i, after_newline = 0;
-    while (in(e, kSpaces)) {
-      last_start = e;
-      if (s_[e] == '\r' || s_[e] == '\n') after_newline = e + 1;
+    for (;;) {
+      const size_t a = ascii_space_run(e, &after_newline);
+      if (a > e) last_start = a - 1;
+      e = a;
+      if (e >= n_ || s_[e] < 0x80 || !in(e, kSpaces)) break;
+      last_start = e;  // a non-ASCII space: never CR or LF
       e += utf8_len(s_[e]);
     }
     if (e == n_ && g_.space_run_to_end) return e;

@@ -88,7 +88,7 @@ uint32_t* TokenizerCore::encode_ordinary(const uint8_t* s, size_t n, PieceCache&
     size_t pos = 0, begin = 0;
     while (size_t k = next_pieces(grammars_[0], s, n, &pos, ends, 256)) {
       for (size_t j = 0; j < k; ++j) {
-        w = encode_piece(s + begin, ends[j] - begin, cache, w);
+        w = encode_piece(s + begin, ends[j] - begin, n - begin, cache, w);
         begin = ends[j];
       }
     }
@@ -99,15 +99,16 @@ uint32_t* TokenizerCore::encode_ordinary(const uint8_t* s, size_t n, PieceCache&
   split(s, n, ends);
   uint32_t begin = 0;
   for (uint32_t end : ends) {
-    w = encode_piece(s + begin, end - begin, cache, w);
+    w = encode_piece(s + begin, end - begin, n - begin, cache, w);
     begin = end;
   }
   return w;
 }
 
-uint32_t* TokenizerCore::encode_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const {
+uint32_t* TokenizerCore::encode_piece(const uint8_t* p, size_t n, size_t readable, PieceCache& cache,
+                                      uint32_t* w) const {
   if (n > HotPieces::kMaxBytes) return encode_cold_piece(p, n, cache, w);
-  const HotPieces::Key key = HotPieces::key(p, n);
+  const HotPieces::Key key = HotPieces::key(p, n, readable);
   if (cache.hot.find(key, w)) return w;
   uint32_t* end = encode_cold_piece(p, n, cache, w);
   cache.hot.insert(key, w, size_t(end - w));
