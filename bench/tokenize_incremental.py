@@ -10,7 +10,7 @@ with the ratios, the first-window acceptance rate, and the router measurement: t
 incremental call against one full tokenization for appends of growing size.
 
     PYTHONPATH=$PWD python bench/tokenize_incremental.py [--trace PATH ...] [--sessions N]
-        [--max-calls N] [--baseline-every K] [--pad CHARS] [--no-router] [--latency-only]
+        [--max-calls N] [--baseline-every K] [--pad CHARS] [--no-router] [--latency-only] [--nfc]
 Contexts over 1M characters: the generator restarts 1% of calls, so its sessions rarely pass
 1M; --pad 1500000 starts every session with a 1.5M-character user message of trace text
 (a session that begins by reading a large input) and replays its real appends on top.
@@ -23,6 +23,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import gigatoken
@@ -54,10 +55,17 @@ def timed(fn, *args, **kwargs) -> tuple[float, object]:
     return time.perf_counter() - start, out
 
 
+def demo_tokenizer(nfc: bool) -> Tokenizer:
+    """The demo model's tokenizer (Qwen2's ranks); nfc: with the NFC normalizer Qwen's own
+    tokenizer.json declares."""
+    tok = Tokenizer.from_pretrained(resolve_model_dir("zllm-demo"))
+    return Tokenizer(replace(load_family(tok.name, PACKAGE_VOCAB), normalizer="NFC")) if nfc else tok
+
+
 def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: int,
-           latency_only: bool = False) -> list[tuple]:
+           latency_only: bool = False, nfc: bool = False) -> list[tuple]:
     model_dir = resolve_model_dir("zllm-demo")
-    tok = Tokenizer.from_pretrained(model_dir)
+    tok = demo_tokenizer(nfc)
     template = ChatTemplate.from_model_dir(model_dir)
     inc = IncrementalTokenizer(tok, budget_bytes=4 << 30, shadow_rate=0)
     tik = tiktoken_of(tok)
@@ -141,10 +149,12 @@ def main() -> None:
                     "of trace text in every session (contexts over 1M)")
     ap.add_argument("--router-context", type=int, default=1_000_000)
     ap.add_argument("--no-router", action="store_true")
+    ap.add_argument("--nfc", action="store_true", help="the tokenizer normalizes to NFC, as Qwen's "
+                    "tokenizer.json asks (incremental normalization; baselines do not normalize)")
     ap.add_argument("--latency-only", action="store_true", help="time the incremental calls alone: no "
                     "baselines between them to evict its caches; exactness checked on every 50th call")
     args = ap.parse_args()
-    rows = replay(args.trace, args.sessions, args.max_calls, args.baseline_every, args.pad, args.latency_only)
+    rows = replay(args.trace, args.sessions, args.max_calls, args.baseline_every, args.pad, args.latency_only, args.nfc)
     print_bands(rows)
     if args.no_router:
         return

@@ -35,8 +35,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <vector>
 
+#include "session_text.h"
 #include "tokenizer_core.h"
 
 namespace py = pybind11;
@@ -49,12 +51,32 @@ struct View {
   size_t size;
 };
 
-View utf8_view(const py::str& s) {  // zero-copy for ASCII str; cached UTF-8 otherwise
-  Py_ssize_t n = 0;
-  const char* p = PyUnicode_AsUTF8AndSize(s.ptr(), &n);
-  if (!p) throw py::error_already_set();
-  return View{reinterpret_cast<const uint8_t*>(p), size_t(n)};
-}
+// UTF-8 of the code points [from, to) of a str, read from its storage: borrowed when the str is
+// ASCII, else encoded into a buffer owned here (never the str's cached UTF-8 copy, which would
+// cost O(text) and then live as long as the str).
+class Utf8 {
+ public:
+  Utf8(const py::str& s, size_t from, size_t to) {
+    const StrStorage st(s.ptr());
+    to = std::min(to, st.size);
+    from = std::min(from, to);
+    if (PyUnicode_IS_ASCII(s.ptr())) {
+      view = View{st.bytes(from), to - from};
+      return;
+    }
+    append_utf8(st, from, to, owned_);
+    view = View{reinterpret_cast<const uint8_t*>(owned_.data()), owned_.size()};
+  }
+  explicit Utf8(const py::str& s) : Utf8(s, 0, SIZE_MAX) {}
+  explicit Utf8(std::string owned) : owned_(std::move(owned)) {
+    view = View{reinterpret_cast<const uint8_t*>(owned_.data()), owned_.size()};
+  }
+
+  View view;
+
+ private:
+  std::string owned_;
+};
 
 bool continuation(uint8_t b) { return (b & 0xC0) == 0x80; }
 
@@ -70,30 +92,6 @@ size_t byte_offset(const View& t, size_t chars) {
   for (size_t c = 0; i < t.size; ++i)
     if (!continuation(t.data[i]) && c++ == chars) return i;
   return t.size;
-}
-
-// Bytes of x and y that agree, from the start, in whole chunks (to a chunk before the end).
-size_t equal_chunks(const uint8_t* x, const uint8_t* y, size_t n) {
-  constexpr size_t kChunk = 4096;
-  size_t at = 0;
-  while (at + kChunk <= n && std::memcmp(x + at, y + at, kChunk) == 0) at += kChunk;
-  return at;
-}
-
-// (d, len(a), len(b)) in code points: d is the length of the common prefix of a and b.
-// Equal kinds compare raw storage with memcmp; mixed kinds (rare) code point by code point.
-py::tuple common_prefix(const py::str& a, const py::str& b) {
-  PyObject *x = a.ptr(), *y = b.ptr();
-  const Py_ssize_t nx = PyUnicode_GET_LENGTH(x), ny = PyUnicode_GET_LENGTH(y), n = std::min(nx, ny);
-  const int kx = PyUnicode_KIND(x), ky = PyUnicode_KIND(y);
-  const void *dx = PyUnicode_DATA(x), *dy = PyUnicode_DATA(y);
-  Py_ssize_t i = 0;
-  if (kx == ky) {
-    const auto *px = static_cast<const uint8_t*>(dx), *py_ = static_cast<const uint8_t*>(dy);
-    i = Py_ssize_t(equal_chunks(px, py_, size_t(n) * kx) / kx);
-  }
-  while (i < n && PyUnicode_READ(kx, dx, i) == PyUnicode_READ(ky, dy, i)) ++i;
-  return py::make_tuple(i, nx, ny);
 }
 
 // Whether s[start:] holds a surrogate code point (only str of kind 2 or 4 can).
@@ -215,21 +213,31 @@ class BoundaryScan {
   View t_, old_;
 };
 
-// (first, last): the first stable boundary s >= lo and the last one, proven from text[:limit]
-// where old and new agree; (-1, -1) when there is none. Positions are code points of the
-// given texts (segments of the session's texts starting at the same offset).
+// The first stable boundary s >= lo of t and the last one, proven from t[:limit] where t and
+// old agree (byte offsets; first == SIZE_MAX when there is none).
+struct Boundaries {
+  size_t first = SIZE_MAX, last = 0;
+};
+
+Boundaries find_boundaries(const TokenizerCore& core, const Grammar& g, const SpecialPolicy& policy,
+                           View t, View old, size_t lo, size_t limit) {
+  Boundaries found;
+  BoundaryScan(core, g, policy, t, old).run(lo, std::min(limit, old.size), [&](size_t s) {
+    found.first = std::min(found.first, s);
+    found.last = std::max(found.last, s);
+  });
+  return found;
+}
+
+// (first, last) as code points of the given texts, (-1, -1) when there is none.
 py::tuple stable_boundaries(const TokenizerCore& core, const Grammar& g, const SpecialPolicy& policy,
                             const py::str& old, const py::str& text, size_t lo, size_t limit) {
-  View t = utf8_view(text), o = utf8_view(old);
-  const size_t lo_b = byte_offset(t, lo), limit_b = std::min(byte_offset(t, limit), o.size);
-  size_t first = SIZE_MAX, last = 0;
-  BoundaryScan(core, g, policy, t, o).run(lo_b, limit_b, [&](size_t s) {
-    first = std::min(first, s);
-    last = std::max(last, s);
-  });
-  if (first == SIZE_MAX) return py::make_tuple(-1, -1);
-  const long first_c = long(count_chars(t.data, first));
-  return py::make_tuple(first_c, first_c + long(count_chars(t.data + first, last - first)));
+  Utf8 t(text), o(old);
+  const Boundaries b = find_boundaries(core, g, policy, t.view, o.view, byte_offset(t.view, lo),
+                                       byte_offset(t.view, limit));
+  if (b.first == SIZE_MAX) return py::make_tuple(-1, -1);
+  const long first_c = long(count_chars(t.view.data, b.first));
+  return py::make_tuple(first_c, first_c + long(count_chars(t.view.data + b.first, b.last - b.first)));
 }
 
 size_t token_length(const TokenizerCore& core, uint32_t id) {
@@ -240,11 +248,11 @@ size_t token_length(const TokenizerCore& core, uint32_t id) {
   throw py::key_error(std::to_string(id));
 }
 
-// Tokens of text and the code point offset (plus base) where each one ends; a token ending
+// Tokens of t and the code point offset (plus base) where each one ends; a token ending
 // inside a character ends after it (so the token that completes a character ends there too,
 // and exactly the tokens before a character boundary have ends at or before it).
-py::tuple encode_tail(TokenizerCore& core, const SpecialPolicy& policy, const py::str& text, size_t base) {
-  View t = utf8_view(text);
+std::pair<py::array_t<uint32_t>, py::array_t<uint32_t>> encode_with_ends(TokenizerCore& core, const SpecialPolicy& policy,
+                                                                         View t, size_t base) {
   Tokens tokens;
   long bad;
   {
@@ -254,9 +262,9 @@ py::tuple encode_tail(TokenizerCore& core, const SpecialPolicy& policy, const py
     core.release_cache(std::move(cache));
   }
   if (bad >= 0) throw py::value_error("disallowed special token in text");
-  py::array_t<uint32_t> out_ids(tokens.size), out_ends(tokens.size);
-  uint32_t* pi = out_ids.mutable_data();
-  uint32_t* pe = out_ends.mutable_data();
+  py::array_t<uint32_t> ids(tokens.size), ends(tokens.size);
+  uint32_t* pi = ids.mutable_data();
+  uint32_t* pe = ends.mutable_data();
   size_t at = 0, chars = base;
   for (size_t k = 0; k < tokens.size; ++k) {
     const uint32_t id = tokens.ids[k];
@@ -265,7 +273,77 @@ py::tuple encode_tail(TokenizerCore& core, const SpecialPolicy& policy, const py
     pi[k] = id;
     pe[k] = uint32_t(chars);
   }
-  return py::make_tuple(out_ids, out_ends);
+  return {ids, ends};
+}
+
+py::tuple encode_tail(TokenizerCore& core, const SpecialPolicy& policy, const py::str& text, size_t base) {
+  Utf8 t(text);
+  auto [ids, ends] = encode_with_ends(core, policy, t.view, base);
+  return py::make_tuple(ids, ends);
+}
+
+// Where a repair may splice: re-tokenize from `start` (code points), after old tokens that end
+// exactly there; `last` is the last proven boundary before the divergence (the old and new
+// tokens must agree up to it), or `start` when the window reached the text start.
+struct Splice {
+  size_t start = 0, last = 0;
+  int attempt = 0;
+};
+
+// The repair's outcome: tokens to keep, then the new text's tokens from `start`.
+enum Outcome : int { kSpliced = 0, kNoBoundary = -1, kDisagree = -2 };
+
+// How many old tokens precede the splice, or -1 when the old tokens do not end at the proven
+// boundaries or disagree with the new ones between them.
+long kept_tokens(const uint32_t* old_ids, const uint32_t* old_ends, size_t n_old, const Splice& sp,
+                 const uint32_t* ids, const uint32_t* ends, size_t n) {
+  const size_t kept = size_t(std::upper_bound(old_ends, old_ends + n_old, uint32_t(sp.start)) - old_ends);
+  if (sp.start && (kept == 0 || old_ends[kept - 1] != sp.start)) return -1;
+  if (sp.last <= sp.start) return long(kept);
+  const size_t upto = size_t(std::upper_bound(old_ends, old_ends + n_old, uint32_t(sp.last)) - old_ends);
+  const size_t m = upto - kept;
+  if (old_ends[upto - 1] != sp.last || m > n || (m && ends[m - 1] != sp.last)) return -1;
+  const bool same = std::equal(old_ids + kept, old_ids + upto, ids) && std::equal(old_ends + kept, old_ends + upto, ends);
+  return same ? long(kept) : -1;
+}
+
+// One repair of a session (zllm_core/tokenizer/incremental.py): old and text agree on their
+// first `diverged` code points; old's tokens are old_ids/old_ends. Finds a stable boundary in
+// a window of `window` code points before the divergence (doubling it up to max_doublings
+// times), tokenizes text from there and checks the old tokens against the new ones.
+// Returns (outcome, attempt, start, kept, ids, ends): on kSpliced the session keeps `kept`
+// tokens and appends ids/ends (ends in code points of text).
+py::tuple repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& policy, const SessionText& old,
+                 const py::str& text, size_t diverged, py::array_t<uint32_t, py::array::c_style | py::array::forcecast> old_ids,
+                 py::array_t<uint32_t, py::array::c_style | py::array::forcecast> old_ends, size_t window, int max_doublings) {
+  const size_t longest = SpecialIndex(core).longest, n_old = size_t(old_ids.size());
+  Splice sp;
+  std::optional<Utf8> tail;  // text from the window's base, kept for encoding
+  size_t base = 0, start_b = 0;
+  for (size_t width = window;; width *= 2, ++sp.attempt) {
+    if (sp.attempt > max_doublings) return py::make_tuple(int(kNoBoundary), sp.attempt, 0, 0, py::none(), py::none());
+    if (width >= diverged) {  // the window reaches the text start
+      base = sp.start = sp.last = start_b = 0;
+      tail.emplace(text);
+      break;
+    }
+    const size_t lo = diverged - width;
+    base = lo > 2 * longest ? lo - 2 * longest : 0;  // room for a special around the proof's reads
+    tail.emplace(text, base, SIZE_MAX);
+    const Utf8 o(old.utf8(base, diverged + longest + 1));
+    const Boundaries b = find_boundaries(core, g, policy, tail->view, o.view, byte_offset(tail->view, lo - base),
+                                         byte_offset(tail->view, diverged - base));
+    if (b.first == SIZE_MAX) continue;
+    start_b = b.first;
+    sp.start = base + count_chars(tail->view.data, b.first);
+    sp.last = sp.start + count_chars(tail->view.data + b.first, b.last - b.first);
+    break;
+  }
+  const View from_start{tail->view.data + start_b, tail->view.size - start_b};
+  auto [ids, ends] = encode_with_ends(core, policy, from_start, sp.start);
+  const long kept = kept_tokens(old_ids.data(), old_ends.data(), n_old, sp, ids.data(), ends.data(), size_t(ids.size()));
+  const int outcome = kept < 0 ? kDisagree : kSpliced;
+  return py::make_tuple(outcome, sp.attempt, sp.start, kept, ids, ends);
 }
 
 uint64_t mix(uint64_t h) {
@@ -312,12 +390,14 @@ py::array_t<uint64_t> checkpoint_hashes(const py::str& text, size_t stride, size
 }  // namespace
 
 void register_incremental(py::module_& m) {
-  m.def("common_prefix", &common_prefix, "(common prefix, len(a), len(b)) of two str, in code points.");
   m.def("unicode_kind", [](const py::str& s) { return int(PyUnicode_KIND(s.ptr())); },
         "Bytes per code point of the str's storage (1, 2 or 4).");
   m.def("has_surrogates", &has_surrogates, py::arg("text"), py::arg("start"), "Whether text[start:] holds a surrogate.");
   m.def("stable_boundaries", &stable_boundaries, py::arg("core"), py::arg("grammar"), py::arg("policy"), py::arg("old"),
         py::arg("text"), py::arg("lo"), py::arg("limit"), "(first, last) stable piece boundaries >= lo, proven from the shared text[:limit].");
+  m.def("repair", &repair, py::arg("core"), py::arg("grammar"), py::arg("policy"), py::arg("old"), py::arg("text"),
+        py::arg("diverged"), py::arg("old_ids"), py::arg("old_ends"), py::arg("window"), py::arg("max_doublings"),
+        "(outcome, attempt, start, kept, ids, ends): splice text's tokens onto old's at a proven boundary.");
   m.def("encode_tail", &encode_tail, py::arg("core"), py::arg("policy"), py::arg("text"), py::arg("base"),
         "(ids, end offsets) of text as uint32 arrays; offsets in code points, plus base.");
   m.def("checkpoint_hashes", &checkpoint_hashes, py::arg("text"), py::arg("stride"), py::arg("first"),

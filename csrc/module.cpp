@@ -5,6 +5,7 @@ namespace zllm {
 void register_block_hash(pybind11::module_& m);
 void register_tokenizer(pybind11::module_& m);
 void register_incremental(pybind11::module_& m);
+void register_session_text(pybind11::module_& m);
 void register_paged_decode(pybind11::module_& m);
 }  // namespace zllm
 
@@ -12,6 +13,7 @@ PYBIND11_MODULE(_native, m) {
   m.doc() = "zllm_core native hot paths (block hashing, BPE, kernels)";
   zllm::register_block_hash(m);
   zllm::register_tokenizer(m);
+  zllm::register_session_text(m);
   zllm::register_incremental(m);
   zllm::register_paged_decode(m);
 #ifdef ZLLM_WITH_CUDA

@@ -84,6 +84,35 @@ def test_repairs_are_spliced_not_recomputed(tokenizers):
     assert inc.stats.repairs == 2 and inc.stats.accepted_at[0] == 2 and inc.stats.whole_window == 0
 
 
+NFC_STEPS = {  # NFC composes across the splice, or the client re-sends its text decomposed
+    "mark composes with the old end": ["a\nnote e", "a\nnote e\u0301 ok", "a\nnote e\u0301 ok\u0327"],
+    "decomposed resend": ["a\ncaf\u00e9\n", "a\ncafe\u0301\nmore", "a\ncafe\u0301\nmore\u00e9\n"],
+    "hangul jamo join": ["a\nx\u1100", "a\nx\u1100\u1161", "a\nx\u1100\u1161\u11a8!"],
+    "marks reorder": ["a\nq\u0301", "a\nq\u0301\u0323 z", "a\nq\u0323\u0301 z\n"],
+    "no ascii nearby": ["\u00e9" * 600, "\u00e9" * 600 + "e\u0301", "\u00e9" * 601 + "\u0301x"],
+}
+
+
+@pytest.mark.parametrize("case", NFC_STEPS)
+def test_nfc_is_applied_incrementally_and_exactly(tokenizers, case):
+    tok = tokenizers["hf_qwen2"]  # tokenizer.json with an NFC normalizer
+    for window in (1, 64):
+        inc = assert_steps_exact(tok, [LINES + t for t in NFC_STEPS[case]], window)
+        assert inc.stats.cold == 1  # the session continued: no whole-text path after the first call
+
+
+def test_nfc_checks_only_the_text_after_the_shared_prefix(tokenizers):
+    tok = tokenizers["hf_qwen2"]
+    head = "na\u0308ive\n" * 50_000  # decomposed: the first call normalizes it all
+    normal = tok.normalize(head)
+    assert normal != head and tok.normalize(normal) is normal
+    appended = normal + "turn e\u0301\n"
+    assert tok.normalize(appended, len(normal)) == tok.normalize(appended)
+    already = normal + "x\n"
+    assert tok.normalize(already, len(normal)) is already  # nothing to normalize after the prefix
+    assert_steps_exact(tok, [head, head + "turn e\u0301\n"], 512)
+
+
 def test_without_a_provable_boundary_the_window_doubles_then_falls_back(tokenizers):
     one_line = "word " * 10_000  # no newline, no special: nothing to prove a boundary with
     inc = assert_steps_exact(tokenizers["qwen2"], [one_line, one_line + "more"], 512)

@@ -3,7 +3,9 @@
 Agents resend the whole conversation and append a little each call. A session keeps the last
 text and its tokens; a call re-tokenizes only from a stable piece boundary in a window of W
 characters before the point where the new text diverges from the stored one, and splices:
-cost O(appended text + W) plus one memcmp of the prompt against the stored text. The boundary is proven from
+cost O(appended text + W) plus one vectorised pass comparing the prompt with the stored text
+(kept compact, csrc/session_text.h). NFC, for tokenizers that ask for it, is applied from the
+last ASCII character before the divergence (Tokenizer.normalize). The boundary is proven from
 the family's pre-tokenizer rules (csrc/incremental.cpp states the proof), and the old and new
 token streams must also agree on every token between the window start and the last stable
 boundary before the divergence. With no provable boundary in the window W doubles, up to
@@ -31,6 +33,7 @@ MAX_DOUBLINGS = 5
 # a window to the append's own work, so there is no crossover to measure against a CPU full
 # path (bench/tokenize_incremental.py --router shows it); None keeps every call incremental.
 ROUTE_FULL_AFTER: int | None = None
+_NO_BOUNDARY, _DISAGREE = -1, -2  # outcomes of _native.repair (csrc/incremental.cpp)
 
 
 @dataclass
@@ -54,13 +57,6 @@ class IncrementalStats:
         return self.accepted_at[0] / tried if tried else 1.0
 
 
-@dataclass(frozen=True)
-class _Splice:
-    start: int   # byte offset of the proven boundary the window starts at
-    last: int    # the last proven boundary before the divergence (agreement up to it), or -1
-    attempt: int
-
-
 class IncrementalTokenizer:
     def __init__(self, tokenizer: Tokenizer, budget_bytes: int = 1 << 30, *,
                  allowed_special: SpecialSet = "all", window: int = WINDOW_CHARS,
@@ -75,7 +71,6 @@ class IncrementalTokenizer:
         self._core = tokenizer.native
         self._grammar = tokenizer.rules[0].to_native()
         self._policy = tokenizer.special_policy(allowed_special)
-        self._longest_special = max((len(s) for s in tokenizer.special_tokens), default=0)
         self._lock = threading.Lock()
         self.shadow = ShadowVerifier(reference or self._reference, self._invalidate, tokenizer.decode,
                                      rate=shadow_rate, seed=shadow_seed)
@@ -86,12 +81,11 @@ class IncrementalTokenizer:
         longest shared prefix in `scope`); the session is then also found by `save_as`.
         copy=False returns a read-only view of the session's tokens instead of a copy (O(n)):
         valid until the session's next call, for a caller that consumes it at once."""
-        text = self.tokenizer.normalize(text)  # NFC is not prefix-stable: compare normal forms
         with self._lock:
             self.stats.calls += 1
             session = self.store.find(scope, text, key)
             if session is None:
-                session = self._cold(scope, text)
+                session = self._cold(scope, self.tokenizer.normalize(text))
             else:
                 session = self._continue(session, text, forked=key is None)
             self.store.remember(session, save_as or key)
@@ -120,16 +114,18 @@ class IncrementalTokenizer:
         self.stats.cold += 1
         text = self._repaired(text, 0)
         ids, ends = _native.encode_tail(self._core, self._policy, text, 0)
-        session = Session(scope, text, TokenRun(ids, ends))
-        self.store.add(session, None)
+        session = Session(scope, _native.SessionText(text), TokenRun(ids, ends))
+        self.store.add(session, None, text)
         return session
 
     def _continue(self, session: Session, text: str, forked: bool) -> Session:
-        diverged, old_len, new_len = _native.common_prefix(session.text, text)
-        repaired = self._repaired(text, diverged)
-        if repaired is not text:
-            text = repaired
-            diverged, old_len, new_len = _native.common_prefix(session.text, text)
+        # The session's text is normalized and free of surrogates, so is text's prefix it shares.
+        diverged = session.text.common_prefix(text)
+        normal = self.tokenizer.normalize(text, diverged)
+        fixed = self._repaired(normal, diverged if normal is text else 0)
+        if fixed is not text:
+            text, diverged = fixed, session.text.common_prefix(fixed)
+        old_len, new_len = len(session.text), len(text)
         if diverged == old_len == new_len:
             self.stats.unchanged += 1
             return session
@@ -137,25 +133,26 @@ class IncrementalTokenizer:
         if self.route_full_after is not None and new_len - diverged > self.route_full_after:
             self.stats.routed_full += 1
             return self._restart(session, text, forked)
-        splice = self._find_splice(session.text, text, diverged)
-        if splice is None:
+        outcome, attempt, start, kept, ids, ends = _native.repair(
+            self._core, self._grammar, self._policy, session.text, text, diverged,
+            session.tokens.ids, session.tokens.ends, self.window, self.max_doublings)
+        if outcome == _NO_BOUNDARY:
             self.stats.fallbacks += 1
             return self._restart(session, text, forked)
-        ids, ends = _native.encode_tail(self._core, self._policy, text[splice.start:], splice.start)
-        kept = self._kept_tokens(session.tokens, splice, ids, ends)
-        if kept is None:
+        if outcome == _DISAGREE:
             self.stats.disagreements += 1
             self.store.drop(session.id)
             return self._cold(session.scope, text)
         self.stats.repairs += 1
-        if splice.start == 0 and splice.attempt == 0:
+        if start == 0 and attempt == 0:
             self.stats.whole_window += 1
         else:
-            self.stats.accepted_at[splice.attempt] += 1
+            self.stats.accepted_at[attempt] += 1
         if forked:
-            session = self._fork(session, kept)
+            session = self._fork(session, kept, text)
+        else:
+            self.store.replace_text(session, text, diverged)
         session.tokens.splice(kept, ids, ends)
-        self.store.replace_text(session, text, diverged)
         return session
 
     def _repaired(self, text: str, clean_upto: int) -> str:
@@ -174,44 +171,11 @@ class IncrementalTokenizer:
         self.store.replace_text(session, text, 0)
         return session
 
-    def _fork(self, session: Session, kept: int) -> Session:
-        fork = Session(session.scope, session.text, session.tokens.copy(kept))
-        self.store.add(fork, None)
+    def _fork(self, session: Session, kept: int, text: str) -> Session:
+        """A new session for `text` beside `session`, with its first `kept` tokens."""
+        fork = Session(session.scope, _native.SessionText(text), session.tokens.copy(kept))
+        self.store.add(fork, None, text)
         return fork
-
-    # ---- the splice
-    def _find_splice(self, old: str, new: str, diverged: int) -> _Splice | None:
-        width = self.window
-        for attempt in range(self.max_doublings + 1):
-            lo = diverged - width
-            if lo <= 0:
-                return _Splice(0, -1, attempt)
-            # segments with room for a special token around the proof's reads
-            base = max(0, lo - 2 * self._longest_special)
-            first, last = _native.stable_boundaries(self._core, self._grammar, self._policy,
-                                                    old[base:diverged + self._longest_special + 1],
-                                                    new[base:], lo - base, diverged - base)
-            if first >= 0:
-                return _Splice(base + first, base + last, attempt)
-            width *= 2
-        return None
-
-    @staticmethod
-    def _kept_tokens(tokens: TokenRun, splice: _Splice, ids: np.ndarray, ends: np.ndarray) -> int | None:
-        """How many old tokens precede the splice, or None when the old tokens do not end at
-        the proven boundaries or disagree with the new ones between them."""
-        old_ends = tokens.ends
-        kept = int(np.searchsorted(old_ends, np.uint32(splice.start), side="right"))
-        if splice.start and (kept == 0 or old_ends[kept - 1] != splice.start):
-            return None
-        if splice.last <= splice.start:
-            return kept
-        upto = int(np.searchsorted(old_ends, np.uint32(splice.last), side="right"))
-        m = upto - kept
-        if old_ends[upto - 1] != splice.last or m > len(ids) or (m and ends[m - 1] != splice.last):
-            return None
-        same = np.array_equal(tokens.ids[kept:upto], ids[:m]) and np.array_equal(old_ends[kept:upto], ends[:m])
-        return kept if same else None
 
     # ---- shadow
     def _reference(self, text: str) -> list[int]:

@@ -3,7 +3,7 @@ token ends, kept under a memory budget with LRU eviction.
 
 A request finds its session by an explicit key (prompt_cache_key, previous_response_id, a
 session header) or by the longest text prefix it shares with a recent session of its scope:
-chained hashes of the UTF-8 text at every `stride` bytes index the sessions, and a binary
+chained hashes of the text's storage at every `stride` code points index the sessions, and a binary
 search over the request's own checkpoint hashes finds the longest indexed one (sharing a
 prefix up to checkpoint k implies sharing every earlier one). A hash collision only picks a
 poor session; the repair measures the real common prefix, so exactness never rests on it.
@@ -11,7 +11,6 @@ poor session; the repair measures the real common prefix, so exactness never res
 from __future__ import annotations
 
 import itertools
-import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -68,8 +67,9 @@ _session_ids = itertools.count(1)
 @dataclass(eq=False)
 class Session:
     scope: str
-    text: str                # the text as tokenized (normalised, no surrogates)
+    text: _native.SessionText  # the text as tokenized (normalised, no surrogates), compact
     tokens: TokenRun
+    kind: int = 1  # bytes a code point of the str the checkpoints hash (CPython's storage)
     checkpoints: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))  # uint64 chained
     # hashes of text[:(k + 1) * CHECKPOINT_STRIDE], set by the store
     keys: set[str] = field(default_factory=set)
@@ -77,8 +77,7 @@ class Session:
 
     @property
     def nbytes(self) -> int:
-        utf8 = 0 if self.text.isascii() else 4 * len(self.text)  # the cached UTF-8, at most
-        return sys.getsizeof(self.text) + utf8 + self.tokens.nbytes + self.checkpoints.nbytes + 256
+        return self.text.nbytes + self.tokens.nbytes + self.checkpoints.nbytes + 256
 
 
 @dataclass
@@ -116,9 +115,11 @@ class SessionStore:
         return best
 
     # ---- updates
-    def add(self, session: Session, key: str | None) -> None:
+    def add(self, session: Session, key: str | None, text: str) -> None:
+        """Adds `session`, whose text is `text`."""
         self._lru[session.id] = session
-        session.checkpoints = _native.checkpoint_hashes(session.text, self.stride, 0, 0)
+        session.kind = _native.unicode_kind(text)
+        session.checkpoints = _native.checkpoint_hashes(text, self.stride, 0, 0)
         self._index_checkpoints(session, 0)
         self.remember(session, key)
 
@@ -135,12 +136,13 @@ class SessionStore:
     def replace_text(self, session: Session, text: str, diverged_at: int) -> None:
         """`session.text` becomes `text`, which shares its first `diverged_at` code points."""
         keep = min(diverged_at // self.stride, len(session.checkpoints))
-        if _native.unicode_kind(text) != _native.unicode_kind(session.text):
-            keep = 0  # hashes cover the str's storage, which changed width
+        kind = _native.unicode_kind(text)
+        if kind != session.kind:
+            keep, session.kind = 0, kind  # hashes cover the str's storage, which changed width
         for h in session.checkpoints[keep:]:
             if self._by_checkpoint.get((session.scope, int(h))) is session:
                 del self._by_checkpoint[(session.scope, int(h))]
-        session.text = text
+        session.text.replace_from(text, diverged_at)
         parent = int(session.checkpoints[keep - 1]) if keep else 0
         fresh = _native.checkpoint_hashes(text, self.stride, keep, parent)
         session.checkpoints = np.concatenate([session.checkpoints[:keep], fresh])

@@ -98,9 +98,18 @@ class Tokenizer:
         """The native tokenizer handle the incremental path's native functions take."""
         return self._core
 
-    def normalize(self, text: str) -> str:
-        """The text as this tokenizer sees it (NFC when the tokenizer.json asks for it)."""
-        return unicodedata.normalize("NFC", text) if self._normalizer == "NFC" and not text.isascii() else text
+    def normalize(self, text: str, normal_prefix: int = 0) -> str:
+        """The text as this tokenizer sees it (NFC when the tokenizer.json asks for it).
+        `normal_prefix`: text[:normal_prefix] is known to be in normal form (it is a prefix of a
+        normalized text, as a session's is), so only what follows the last ASCII character
+        before it is normalized: O(len(text) - normal_prefix) for a continuing conversation."""
+        if self._normalizer != "NFC" or text.isascii():
+            return text
+        start = _nfc_safe_start(text, normal_prefix)
+        tail = text[start:]
+        if unicodedata.is_normalized("NFC", tail):
+            return text
+        return text[:start] + unicodedata.normalize("NFC", tail)
 
     def special_policy(self, allowed: SpecialSet, disallowed: SpecialSet = "all") -> _native.SpecialPolicy:
         """The native form of tiktoken's allowed/disallowed special sets (cached)."""
@@ -127,6 +136,17 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer({self.name!r}, vocab_size={self.vocab_size}, rules={[r.name for r in self.rules]})"
+
+
+def _nfc_safe_start(text: str, upto: int, reach: int = 256) -> int:
+    """The last position p <= upto (looking back at most `reach`) of an ASCII character, else 0.
+    NFC never composes or reorders across an ASCII character, so NFC(text) is NFC(text[:p]) +
+    NFC(text[p:]); and a prefix of a normalized text is normalized, so NFC(text[:p]) is
+    text[:p] when p <= upto."""
+    for p in range(min(upto, len(text) - 1), max(0, upto - reach) - 1, -1):
+        if text[p] < "\x80":
+            return p
+    return 0
 
 
 def repair_surrogates(text: str) -> str:

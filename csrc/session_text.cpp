@@ -1,0 +1,193 @@
+#include "session_text.h"
+
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace py = pybind11;
+
+namespace zllm {
+
+template <class Char>
+void append_utf8(const Char* p, size_t n, std::string& out) {
+  const size_t at = out.size();
+  out.resize(at + n * std::min<size_t>(4, sizeof(Char) + 1));
+  auto* w = reinterpret_cast<uint8_t*>(out.data()) + at;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t c = p[i];
+    if (c < 0x80) {
+      *w++ = uint8_t(c);
+    } else if (c < 0x800) {
+      *w++ = uint8_t(0xC0 | (c >> 6));
+      *w++ = uint8_t(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      *w++ = uint8_t(0xE0 | (c >> 12));
+      *w++ = uint8_t(0x80 | ((c >> 6) & 0x3F));
+      *w++ = uint8_t(0x80 | (c & 0x3F));
+    } else {
+      *w++ = uint8_t(0xF0 | (c >> 18));
+      *w++ = uint8_t(0x80 | ((c >> 12) & 0x3F));
+      *w++ = uint8_t(0x80 | ((c >> 6) & 0x3F));
+      *w++ = uint8_t(0x80 | (c & 0x3F));
+    }
+  }
+  out.resize(size_t(w - reinterpret_cast<uint8_t*>(out.data())));
+}
+
+template void append_utf8<uint8_t>(const uint8_t*, size_t, std::string&);
+template void append_utf8<uint16_t>(const uint16_t*, size_t, std::string&);
+template void append_utf8<uint32_t>(const uint32_t*, size_t, std::string&);
+
+void append_utf8(const StrStorage& s, size_t from, size_t to, std::string& out) {
+  switch (s.kind) {
+    case 1: return append_utf8(static_cast<const uint8_t*>(s.data) + from, to - from, out);
+    case 2: return append_utf8(static_cast<const uint16_t*>(s.data) + from, to - from, out);
+    default: return append_utf8(static_cast<const uint32_t*>(s.data) + from, to - from, out);
+  }
+}
+
+// Whether a[0, n) and b[0, n) hold the same code points. A branch-free reduction, so the
+// compiler vectorises it; the widening pairs get an AVX2 clone where the CPU has it (one
+// vpmovzx per 8 or 16 characters of a prompt stored at 4 or 2 bytes).
+template <class A, class B>
+inline __attribute__((always_inline)) bool same_run(const A* a, const B* b, size_t n) {
+  uint32_t diff = 0;
+  for (size_t i = 0; i < n; ++i) diff |= uint32_t(a[i]) ^ uint32_t(b[i]);
+  return diff == 0;
+}
+
+
+#if defined(__x86_64__) && defined(__linux__)
+#define ZLLM_SIMD_CLONES __attribute__((target_clones("avx2", "default"), noinline))
+#else
+#define ZLLM_SIMD_CLONES __attribute__((noinline))
+#endif
+
+ZLLM_SIMD_CLONES bool same_1_2(const uint8_t* a, const uint16_t* b, size_t n) { return same_run(a, b, n); }
+ZLLM_SIMD_CLONES bool same_1_4(const uint8_t* a, const uint32_t* b, size_t n) { return same_run(a, b, n); }
+ZLLM_SIMD_CLONES bool same_2_4(const uint16_t* a, const uint32_t* b, size_t n) { return same_run(a, b, n); }
+
+namespace {
+
+// Whether a chunk stored at width `wa` equals s[at, at + n).
+bool same_chunk(const uint8_t* a, uint32_t wa, const StrStorage& s, size_t at, size_t n) {
+  const uint32_t ws = uint32_t(s.kind);
+  if (wa == ws) return std::memcmp(a, s.bytes(at), n * wa) == 0;
+  if (wa > ws) return false;  // the chunk holds a character s's storage cannot
+  const auto* a2 = reinterpret_cast<const uint16_t*>(a);
+  const auto* s2 = static_cast<const uint16_t*>(s.data) + at;
+  const auto* s4 = static_cast<const uint32_t*>(s.data) + at;
+  if (wa == 1) return ws == 2 ? same_1_2(a, s2, n) : same_1_4(a, s4, n);
+  return same_2_4(a2, s4, n);
+}
+
+template <class Char>
+uint32_t max_code_point(const Char* p, size_t n) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, uint32_t(p[i]));
+  return m;
+}
+
+template <class Dst, class Src>
+void narrow(const Src* src, size_t n, uint8_t* out) {
+  auto* dst = reinterpret_cast<Dst*>(out);
+  for (size_t i = 0; i < n; ++i) dst[i] = Dst(src[i]);
+}
+
+// Copies s[at, at + n) into out at `width` bytes a code point.
+void store(const StrStorage& s, size_t at, size_t n, uint32_t width, uint8_t* out) {
+  if (width == uint32_t(s.kind)) {
+    std::memcpy(out, s.bytes(at), n * width);
+  } else if (s.kind == 2) {
+    narrow<uint8_t>(static_cast<const uint16_t*>(s.data) + at, n, out);
+  } else if (width == 1) {
+    narrow<uint8_t>(static_cast<const uint32_t*>(s.data) + at, n, out);
+  } else {
+    narrow<uint16_t>(static_cast<const uint32_t*>(s.data) + at, n, out);
+  }
+}
+
+uint32_t narrowest_width(const StrStorage& s, size_t at, size_t n) {
+  if (s.kind == 1) return 1;
+  const uint32_t m = s.kind == 2 ? max_code_point(static_cast<const uint16_t*>(s.data) + at, n)
+                                 : max_code_point(static_cast<const uint32_t*>(s.data) + at, n);
+  return m < 0x100 ? 1 : m < 0x10000 ? 2 : 4;
+}
+
+}  // namespace
+
+uint32_t SessionText::code_point(const Chunk& c, size_t i) const {
+  const uint8_t* p = data_.data() + c.offset;
+  if (c.width == 1) return p[i];
+  if (c.width == 2) return reinterpret_cast<const uint16_t*>(p)[i];
+  return reinterpret_cast<const uint32_t*>(p)[i];
+}
+
+size_t SessionText::common_prefix(const StrStorage& s) const {
+  const size_t n = std::min(size_, s.size);
+  for (size_t k = 0, at = 0; at < n; ++k, at += kChunk) {
+    const Chunk& c = chunks_[k];
+    const size_t len = std::min(kChunk, n - at);
+    if (same_chunk(data_.data() + c.offset, c.width, s, at, len)) continue;
+    size_t i = 0;
+    while (i < len && code_point(c, i) == s.at(at + i)) ++i;
+    return at + i;
+  }
+  return n;
+}
+
+void SessionText::replace_from(PyObject* str, size_t shared) {
+  const StrStorage s(str);
+  const size_t first = std::min({shared, size_, s.size}) / kChunk;  // chunks before it are kept
+  if (first < chunks_.size()) {
+    data_.resize(chunks_[first].offset);
+    chunks_.resize(first);
+  }
+  size_ = s.size;
+  // Widths first, then one resize: exact for a text built afresh, geometric for appends.
+  const size_t count = (s.size + kChunk - 1) / kChunk;
+  size_t offset = data_.size();
+  chunks_.resize(count);
+  for (size_t k = first; k < count; ++k) {
+    const size_t at = k * kChunk, n = std::min(kChunk, s.size - at);
+    chunks_[k] = Chunk{uint32_t(offset), narrowest_width(s, at, n)};
+    offset += n * chunks_[k].width;
+    if (offset > UINT32_MAX) throw std::length_error("session text over 4 GB");
+  }
+  data_.resize(offset);
+  for (size_t k = first; k < count; ++k) {
+    const size_t at = k * kChunk;
+    store(s, at, std::min(kChunk, s.size - at), chunks_[k].width, data_.data() + chunks_[k].offset);
+  }
+}
+
+std::string SessionText::utf8(size_t from, size_t to) const {
+  std::string out;
+  to = std::min(to, size_);
+  for (size_t at = from; at < to;) {
+    const size_t k = at / kChunk, i = at - k * kChunk, n = std::min(chunk_size(k), i + (to - at)) - i;
+    const Chunk& c = chunks_[k];
+    const uint8_t* p = data_.data() + c.offset;
+    if (c.width == 1) append_utf8(p + i, n, out);
+    else if (c.width == 2) append_utf8(reinterpret_cast<const uint16_t*>(p) + i, n, out);
+    else append_utf8(reinterpret_cast<const uint32_t*>(p) + i, n, out);
+    at += n;
+  }
+  return out;
+}
+
+void register_session_text(py::module_& m) {
+  py::class_<SessionText>(m, "SessionText", "A session's text in chunks of the narrowest width (csrc/session_text.h).")
+      .def(py::init([](const py::str& s) { return SessionText(s.ptr()); }), py::arg("text"))
+      .def("__len__", &SessionText::size)
+      .def_property_readonly("nbytes", &SessionText::nbytes)
+      .def("common_prefix", [](const SessionText& t, const py::str& s) { return t.common_prefix(StrStorage(s.ptr())); },
+           py::arg("text"), "Length of the common prefix with text, in code points.")
+      .def("replace_from", [](SessionText& t, const py::str& s, size_t shared) { t.replace_from(s.ptr(), shared); },
+           py::arg("text"), py::arg("shared"), "Becomes text, which shares the first `shared` code points.")
+      .def("copy", [](const SessionText& t) { return SessionText(t); })
+      .def("__str__", [](const SessionText& t) { return t.utf8(0, t.size()); });
+}
+
+}  // namespace zllm

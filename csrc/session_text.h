@@ -1,0 +1,62 @@
+// A tokenization session's text, stored compactly so that checking a resent prompt against it
+// is cheap. CPython stores a whole str at the width of its widest character, so one emoji in a
+// 1M-character agent context makes every character 4 bytes. SessionText keeps chunks of
+// kChunk code points, each at the narrowest width that holds it (1, 2 or 4 bytes): such a
+// context costs ~1 byte a character, and comparing a new prompt against it reads the prompt's
+// storage plus ~1 byte a character instead of twice the prompt's storage.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zllm {
+
+// Code points of a str's storage, by kind (1, 2 or 4 bytes each).
+struct StrStorage {
+  const void* data;
+  size_t size;  // code points
+  int kind;
+
+  explicit StrStorage(PyObject* s)
+      : data(PyUnicode_DATA(s)), size(size_t(PyUnicode_GET_LENGTH(s))), kind(PyUnicode_KIND(s)) {}
+  uint32_t at(size_t i) const { return PyUnicode_READ(kind, data, i); }
+  const uint8_t* bytes(size_t i) const { return static_cast<const uint8_t*>(data) + i * size_t(kind); }
+};
+
+// Appends the UTF-8 of code points p[0, n) to out (surrogates as 3 bytes: session texts hold none).
+template <class Char>
+void append_utf8(const Char* p, size_t n, std::string& out);
+void append_utf8(const StrStorage& s, size_t from, size_t to, std::string& out);
+
+class SessionText {
+ public:
+  static constexpr size_t kChunk = 256;
+
+  explicit SessionText(PyObject* s) { replace_from(s, 0); }
+
+  size_t size() const { return size_; }
+  size_t nbytes() const { return data_.capacity() + chunks_.capacity() * sizeof(Chunk); }
+  // Length (code points) of the common prefix of this text and s.
+  size_t common_prefix(const StrStorage& s) const;
+  // This text becomes s, which shares its first `shared` code points: O(len(s) - shared).
+  void replace_from(PyObject* s, size_t shared);
+  // UTF-8 of the code points [from, to) (clipped to the text).
+  std::string utf8(size_t from, size_t to) const;
+
+ private:
+  struct Chunk {
+    uint32_t offset;  // into data_
+    uint32_t width;   // bytes a code point
+  };
+  size_t chunk_size(size_t k) const { return std::min(kChunk, size_ - k * kChunk); }
+  uint32_t code_point(const Chunk& c, size_t i) const;
+
+  std::vector<uint8_t> data_;
+  std::vector<Chunk> chunks_;
+  size_t size_ = 0;
+};
+
+}  // namespace zllm

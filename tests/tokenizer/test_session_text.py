@@ -1,0 +1,57 @@
+"""SessionText (csrc/session_text.cpp) holds a session's text in chunks of the narrowest width:
+it must compare and rebuild exactly like the str it stands for, whatever the widths involved."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zllm_core import _native
+
+CHUNK = 256
+# one alphabet per storage width, so chunks of every width and every pairing occur
+ALPHABETS = ["ab\n", "aé\xff", "aΩ─\u0100", "a😀\U0010ffff", "a\u0080"]
+
+
+def common_prefix(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+@st.composite
+def texts(draw) -> str:
+    """Runs of one alphabet each, long enough to fill whole chunks of one width."""
+    runs = draw(st.lists(st.tuples(st.sampled_from(ALPHABETS), st.integers(0, 2 * CHUNK + 3)), max_size=6))
+    rnd = draw(st.randoms(use_true_random=False))
+    return "".join("".join(rnd.choice(alphabet) for _ in range(n)) for alphabet, n in runs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts(), texts(), st.data())
+def test_common_prefix_and_replace_agree_with_str(a, b, data):
+    cut = data.draw(st.integers(0, len(a)))
+    b = a[:cut] + b  # shares at least `cut` characters with a, often across chunk edges
+    text = _native.SessionText(a)
+    assert len(text) == len(a) and str(text) == a
+    assert text.common_prefix(b) == common_prefix(a, b)
+    text.replace_from(b, text.common_prefix(b))
+    assert len(text) == len(b) and str(text) == b
+    assert text.common_prefix(b) == len(b)
+    assert text.common_prefix(b + "x") == len(b) and text.common_prefix(b[:-1]) == max(0, len(b) - 1)
+
+
+def test_a_wide_character_costs_only_its_chunk():
+    text = "x" * 100_000 + "😀" + "y" * 100_000
+    compact = _native.SessionText(text)
+    assert str(compact) == text
+    assert compact.nbytes < 1.05 * len(text)  # a str of this text takes 4 bytes a character
+    assert compact.common_prefix(text.replace("😀", "😁")) == 100_000
+    assert compact.common_prefix(text.encode("ascii", "replace").decode()) == 100_000
+
+
+def test_a_copy_is_independent():
+    text = _native.SessionText("abc" * 200)
+    copy = text.copy()
+    text.replace_from("abc" * 100 + "zz", 300)
+    assert str(copy) == "abc" * 200 and str(text) == "abc" * 100 + "zz"
