@@ -354,14 +354,15 @@ uint64_t mix(uint64_t h) {
   return h ^ (h >> 33);
 }
 
-// Hash of one stride of bytes, four independent lanes of 8-byte words.
-uint64_t hash_stride(const uint8_t* p, size_t n, uint64_t parent) {
+// Hash of code points p[0, n) continuing `parent`: four independent lanes, two code points
+// (widened to 32 bits) a word, so a text hashes the same at every storage width.
+template <class Char>
+uint64_t hash_code_points(const Char* p, size_t n, uint64_t parent) {
   uint64_t lane[4] = {parent, parent ^ 0x9E3779B97F4A7C15ull, ~parent, parent + 0x632be59bd9b4e019ull};
   size_t i = 0;
-  for (; i + 32 <= n; i += 32)
+  for (; i + 8 <= n; i += 8)
     for (int k = 0; k < 4; ++k) {
-      uint64_t w;
-      std::memcpy(&w, p + i + 8 * k, 8);
+      const uint64_t w = uint64_t(p[i + 2 * k]) | uint64_t(p[i + 2 * k + 1]) << 32;
       lane[k] = (lane[k] ^ w) * 0xbf58476d1ce4e5b9ull;
       lane[k] ^= lane[k] >> 29;
     }
@@ -370,28 +371,28 @@ uint64_t hash_stride(const uint8_t* p, size_t n, uint64_t parent) {
   return mix(h ^ n);
 }
 
-// Chained hashes of the str's storage at code points (first + 1) * stride, (first + 2) *
-// stride, ...: hash k covers text[:(first + k + 1) * stride] and continues `parent` (the hash
-// at first * stride). Storage differs by kind (1, 2 or 4 bytes a code point), so the kind
-// seeds the chain: a session is indexed again when its text changes kind.
+// Chained hashes of text at code points (first + 1) * stride, (first + 2) * stride, ...: hash k
+// covers text[:(first + k + 1) * stride] and continues `parent` (the hash at first * stride).
 py::array_t<uint64_t> checkpoint_hashes(const py::str& text, size_t stride, size_t first, uint64_t parent) {
-  PyObject* o = text.ptr();
-  const size_t kind = PyUnicode_KIND(o), n = PyUnicode_GET_LENGTH(o);
-  const auto* data = static_cast<const uint8_t*>(PyUnicode_DATA(o));
-  const size_t count = n / stride > first ? n / stride - first : 0;
-  if (first == 0) parent = mix(kind);
+  const StrStorage s(text.ptr());
+  const size_t count = s.size / stride > first ? s.size / stride - first : 0;
   py::array_t<uint64_t> out(count);
   uint64_t* h = out.mutable_data();
-  for (size_t k = 0; k < count; ++k)
-    h[k] = parent = hash_stride(data + (first + k) * stride * kind, stride * kind, parent);
+  for (size_t k = 0; k < count; ++k) {
+    const size_t at = (first + k) * stride;
+    switch (s.kind) {
+      case 1: parent = hash_code_points(static_cast<const uint8_t*>(s.data) + at, stride, parent); break;
+      case 2: parent = hash_code_points(static_cast<const uint16_t*>(s.data) + at, stride, parent); break;
+      default: parent = hash_code_points(static_cast<const uint32_t*>(s.data) + at, stride, parent);
+    }
+    h[k] = parent;
+  }
   return out;
 }
 
 }  // namespace
 
 void register_incremental(py::module_& m) {
-  m.def("unicode_kind", [](const py::str& s) { return int(PyUnicode_KIND(s.ptr())); },
-        "Bytes per code point of the str's storage (1, 2 or 4).");
   m.def("has_surrogates", &has_surrogates, py::arg("text"), py::arg("start"), "Whether text[start:] holds a surrogate.");
   m.def("stable_boundaries", &stable_boundaries, py::arg("core"), py::arg("grammar"), py::arg("policy"), py::arg("old"),
         py::arg("text"), py::arg("lo"), py::arg("limit"), "(first, last) stable piece boundaries >= lo, proven from the shared text[:limit].");

@@ -156,6 +156,9 @@ def test_keyless_calls_find_the_session_by_prefix(tokenizers):
     assert inc.stats.repairs == 1
     inc.encode(base + "other\n", "tenant-b")  # another scope never shares sessions
     assert inc.stats.cold == 2
+    wider = base + "appended \U0001F600\n"  # CPython stores this str at 4 bytes a character
+    assert inc.encode(wider, "tenant-a").tolist() == tok.encode(wider)
+    assert inc.stats.repairs == 2 and inc.stats.cold == 2  # checkpoints hash code points, not storage
 
 
 def test_keyless_fork_keeps_the_original_conversation(tokenizers):

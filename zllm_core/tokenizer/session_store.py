@@ -3,7 +3,7 @@ token ends, kept under a memory budget with LRU eviction.
 
 A request finds its session by an explicit key (prompt_cache_key, previous_response_id, a
 session header) or by the longest text prefix it shares with a recent session of its scope:
-chained hashes of the text's storage at every `stride` code points index the sessions, and a binary
+chained hashes of the text's code points at every `stride` of them index the sessions, and a binary
 search over the request's own checkpoint hashes finds the longest indexed one (sharing a
 prefix up to checkpoint k implies sharing every earlier one). A hash collision only picks a
 poor session; the repair measures the real common prefix, so exactness never rests on it.
@@ -69,7 +69,6 @@ class Session:
     scope: str
     text: _native.SessionText  # the text as tokenized (normalised, no surrogates), compact
     tokens: TokenRun
-    kind: int = 1  # bytes a code point of the str the checkpoints hash (CPython's storage)
     checkpoints: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))  # uint64 chained
     # hashes of text[:(k + 1) * CHECKPOINT_STRIDE], set by the store
     keys: set[str] = field(default_factory=set)
@@ -118,7 +117,6 @@ class SessionStore:
     def add(self, session: Session, key: str | None, text: str) -> None:
         """Adds `session`, whose text is `text`."""
         self._lru[session.id] = session
-        session.kind = _native.unicode_kind(text)
         session.checkpoints = _native.checkpoint_hashes(text, self.stride, 0, 0)
         self._index_checkpoints(session, 0)
         self.remember(session, key)
@@ -135,14 +133,13 @@ class SessionStore:
 
     def replace_text(self, session: Session, text: str, diverged_at: int) -> None:
         """`session.text` becomes `text`, which shares its first `diverged_at` code points."""
-        keep = min(diverged_at // self.stride, len(session.checkpoints))
-        kind = _native.unicode_kind(text)
-        if kind != session.kind:
-            keep, session.kind = 0, kind  # hashes cover the str's storage, which changed width
-        for h in session.checkpoints[keep:]:
-            if self._by_checkpoint.get((session.scope, int(h))) is session:
-                del self._by_checkpoint[(session.scope, int(h))]
         session.text.replace_from(text, diverged_at)
+        keep = min(diverged_at // self.stride, len(session.checkpoints))
+        if keep == len(session.checkpoints) == len(text) // self.stride:
+            return  # most calls: the change lies after the last checkpoint
+        for h in session.checkpoints[keep:].tolist():
+            if self._by_checkpoint.get((session.scope, h)) is session:
+                del self._by_checkpoint[(session.scope, h)]
         parent = int(session.checkpoints[keep - 1]) if keep else 0
         fresh = _native.checkpoint_hashes(text, self.stride, keep, parent)
         session.checkpoints = np.concatenate([session.checkpoints[:keep], fresh])
