@@ -139,6 +139,21 @@ def router(context: str, appends: list[int], repeats: int = 5) -> None:
         print(f"{n:>9,} {best_inc * 1e3:>12.3f} {best_full * 1e3:>9.3f}")
 
 
+def nfc_cost(context: str, repeats: int = 7) -> None:
+    """One append onto the context: NFC of the whole text (what a call cost before sessions
+    normalized incrementally) against NFC after the shared prefix, for an append already in
+    NFC and for a decomposed one (which costs a copy of the text)."""
+    tok = demo_tokenizer(nfc=True)
+    print(f"\nNFC, {len(context):,}-char context, then one append (ms, best of {repeats})")
+    print(f"{'append':>18} {'whole text':>11} {'after prefix':>13} {'ratio':>7}")
+    for name, append in [("NFC", "\nappended caf\u00e9 text\n"), ("decomposed", "\nappended cafe\u0301 text\n")]:
+        new = context + append
+        assert tok.normalize(new, len(context)) == tok.normalize(new)
+        whole = min(timed(tok.normalize, new)[0] for _ in range(repeats))
+        prefix = min(timed(tok.normalize, new, len(context))[0] for _ in range(repeats))
+        print(f"{name:>18} {whole * 1e3:>11.3f} {prefix * 1e3:>13.4f} {whole / prefix:>6.0f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trace", type=Path, nargs="+", default=[SHARED / "traces" / "agent_sessions.jsonl"])
@@ -156,6 +171,8 @@ def main() -> None:
     args = ap.parse_args()
     rows = replay(args.trace, args.sessions, args.max_calls, args.baseline_every, args.pad, args.latency_only, args.nfc)
     print_bands(rows)
+    if args.nfc:
+        nfc_cost(trace_text(args.trace[-1], args.router_context))
     if args.no_router:
         return
     context = next(text for _, text in rendered_calls(args.trace[0], ChatTemplate.from_model_dir(
