@@ -48,8 +48,8 @@ void append_utf8(const StrStorage& s, size_t from, size_t to, std::string& out) 
 }
 
 // Whether a[0, n) and b[0, n) hold the same code points. A branch-free reduction, so the
-// compiler vectorises it; the widening pairs get an AVX2 clone where the CPU has it (one
-// vpmovzx per 8 or 16 characters of a prompt stored at 4 or 2 bytes).
+// compiler vectorises it; the widening pairs get AVX-512 and AVX2 clones picked at load time (one
+// vpmovzx per 8 or 16 characters of a prompt stored at 4 or 2 bytes, 16 or 32 with AVX-512).
 template <class A, class B>
 inline __attribute__((always_inline)) bool same_run(const A* a, const B* b, size_t n) {
   uint32_t diff = 0;
@@ -59,7 +59,7 @@ inline __attribute__((always_inline)) bool same_run(const A* a, const B* b, size
 
 
 #if defined(__x86_64__) && defined(__linux__)
-#define ZLLM_SIMD_CLONES __attribute__((target_clones("avx2", "default"), noinline))
+#define ZLLM_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"), noinline))
 #else
 #define ZLLM_SIMD_CLONES __attribute__((noinline))
 #endif
