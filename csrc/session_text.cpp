@@ -58,7 +58,7 @@ inline __attribute__((always_inline)) bool same_run(const A* a, const B* b, size
 }
 
 
-#if defined(__x86_64__) && defined(__linux__)
+#if defined(__x86_64__) && defined(__linux__) && !defined(__clang__) && __GNUC__ >= 11
 #define ZLLM_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"), noinline))
 #else
 #define ZLLM_SIMD_CLONES __attribute__((noinline))
