@@ -119,12 +119,7 @@ class IncrementalTokenizer:
         return session
 
     def _continue(self, session: Session, text: str, forked: bool) -> Session:
-        # The session's text is normalized and free of surrogates, so is text's prefix it shares.
-        diverged = session.text.common_prefix(text)
-        normal = self.tokenizer.normalize(text, diverged)
-        fixed = self._repaired(normal, diverged if normal is text else 0)
-        if fixed is not text:
-            text, diverged = fixed, session.text.common_prefix(fixed)
+        text, diverged = self._shared_prefix(session, text)
         old_len, new_len = len(session.text), len(text)
         if diverged == old_len == new_len:
             self.stats.unchanged += 1
@@ -133,6 +128,19 @@ class IncrementalTokenizer:
         if self.route_full_after is not None and new_len - diverged > self.route_full_after:
             self.stats.routed_full += 1
             return self._restart(session, text, forked)
+        return self._repair(session, text, diverged, forked)
+
+    def _shared_prefix(self, session: Session, text: str) -> tuple[str, int]:
+        """(text as tokenized, code points it shares with the session's text). The session's
+        text is normalized and free of surrogates, so is the prefix text shares with it."""
+        diverged = session.text.common_prefix(text)
+        normal = self.tokenizer.normalize(text, diverged)
+        fixed = self._repaired(normal, diverged if normal is text else 0)
+        if fixed is not text:
+            return fixed, session.text.common_prefix(fixed)
+        return text, diverged
+
+    def _repair(self, session: Session, text: str, diverged: int, forked: bool) -> Session:
         outcome, attempt, start, kept, ids, ends = _native.repair(
             self._core, self._grammar, self._policy, session.text, text, diverged,
             session.tokens.ids, session.tokens.ends, self.window, self.max_doublings)
