@@ -69,14 +69,14 @@ class Session:
     scope: str
     text: _native.SessionText  # the text as tokenized (normalised, no surrogates), compact
     tokens: TokenRun
-    checkpoints: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))  # uint64 chained
-    # hashes of text[:(k + 1) * CHECKPOINT_STRIDE], set by the store
+    checkpoints: list[int] = field(default_factory=list)  # chained hashes of
+    # text[:(k + 1) * CHECKPOINT_STRIDE], set by the store
     keys: set[str] = field(default_factory=set)
     id: int = field(default_factory=lambda: next(_session_ids))
 
     @property
     def nbytes(self) -> int:
-        return self.text.nbytes + self.tokens.nbytes + self.checkpoints.nbytes + 256
+        return self.text.nbytes + self.tokens.nbytes + 36 * len(self.checkpoints) + 256
 
 
 @dataclass
@@ -117,7 +117,7 @@ class SessionStore:
     def add(self, session: Session, key: str | None, text: str) -> None:
         """Adds `session`, whose text is `text`."""
         self._lru[session.id] = session
-        session.checkpoints = _native.checkpoint_hashes(text, self.stride, 0, 0)
+        session.checkpoints = _native.checkpoint_hashes(text, self.stride, 0, 0).tolist()
         self._index_checkpoints(session, 0)
         self.remember(session, key)
 
@@ -137,12 +137,12 @@ class SessionStore:
         keep = min(diverged_at // self.stride, len(session.checkpoints))
         if keep == len(session.checkpoints) == len(text) // self.stride:
             return  # most calls: the change lies after the last checkpoint
-        for h in session.checkpoints[keep:].tolist():
+        for h in session.checkpoints[keep:]:
             if self._by_checkpoint.get((session.scope, h)) is session:
                 del self._by_checkpoint[(session.scope, h)]
-        parent = int(session.checkpoints[keep - 1]) if keep else 0
-        fresh = _native.checkpoint_hashes(text, self.stride, keep, parent)
-        session.checkpoints = np.concatenate([session.checkpoints[:keep], fresh])
+        parent = session.checkpoints[keep - 1] if keep else 0
+        del session.checkpoints[keep:]
+        session.checkpoints += _native.checkpoint_hashes(text, self.stride, keep, parent).tolist()
         self._index_checkpoints(session, keep)
 
     def touch(self, session: Session) -> None:
@@ -165,8 +165,8 @@ class SessionStore:
             if self._by_key.get((session.scope, key)) is session:
                 del self._by_key[(session.scope, key)]
         for h in session.checkpoints:
-            if self._by_checkpoint.get((session.scope, int(h))) is session:
-                del self._by_checkpoint[(session.scope, int(h))]
+            if self._by_checkpoint.get((session.scope, h)) is session:
+                del self._by_checkpoint[(session.scope, h)]
         self.stats.sessions = len(self._lru)
         return True
 
@@ -174,5 +174,5 @@ class SessionStore:
         return self._lru.get(session_id)
 
     def _index_checkpoints(self, session: Session, start: int) -> None:
-        for h in session.checkpoints[start:].tolist():
+        for h in session.checkpoints[start:]:
             self._by_checkpoint[(session.scope, h)] = session
