@@ -302,7 +302,7 @@ long kept_tokens(const uint32_t* old_ids, const uint32_t* old_ends, size_t n_old
   if (sp.last <= sp.start) return long(kept);
   const size_t upto = size_t(std::upper_bound(old_ends, old_ends + n_old, uint32_t(sp.last)) - old_ends);
   const size_t m = upto - kept;
-  if (old_ends[upto - 1] != sp.last || m > n || (m && ends[m - 1] != sp.last)) return -1;
+  if (upto == 0 || old_ends[upto - 1] != sp.last || m > n || (m && ends[m - 1] != sp.last)) return -1;
   const bool same = std::equal(old_ids + kept, old_ids + upto, ids) && std::equal(old_ends + kept, old_ends + upto, ends);
   return same ? long(kept) : -1;
 }
