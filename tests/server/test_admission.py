@@ -47,3 +47,14 @@ def test_a_million_character_prompt_leaves_the_event_loop_running(generation):
     assert err.code == "context_length_exceeded"
     # Blocked, the loop could not tick at all before admission ended; free, it ticks throughout.
     assert ticks >= 3, (ticks, elapsed)
+
+
+def test_tenants_never_share_a_tokenizer_session(generation):
+    talk = [Message(role="system", content="You are terse.\n" * 400), Message(role="user", content="hi")]
+    more = talk + [Message(role="assistant", content="hello"), Message(role="user", content="again")]
+    before = generation.prompts.metrics()
+    for tenant, conversation in (("tenant-a", talk), ("tenant-b", talk), ("tenant-a", more)):
+        asyncio.run(generation.admit(CanonicalRequest(conversation, [], SamplingParams()), tenant))
+    after = generation.prompts.metrics()
+    # b's identical conversation is not found in a's sessions; a's next turn continues a's own
+    assert after["cold"] - before["cold"] == 2 and after["repairs"] - before["repairs"] == 1

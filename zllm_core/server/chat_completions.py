@@ -18,9 +18,9 @@ router = APIRouter()
 async def chat_completions(body: openai_chat.ChatRequest, request: Request) -> Any:
     rt = runtime(request)
     rt.check_model(body.model)
-    admitted = await rt.generation.admit(openai_chat.to_canonical(body))
+    admitted = await rt.generation.admit(openai_chat.to_canonical(body), request.state.tenant)
     id = new_id("chatcmpl-")
-    events = rt.generation.stream(admitted, id, request.state.tenant)
+    events = rt.generation.stream(admitted, id)
     if not admitted.request.stream:
         out, finish = await collect(events)
         return openai_chat.completion(id, body.model, out, finish)

@@ -35,6 +35,7 @@ class Admitted:
 
     request: CanonicalRequest
     prompt: Prompt
+    tenant: str  # scopes the tokenizer session and the prefix cache to the caller's API key
 
 
 class Generation:
@@ -43,13 +44,13 @@ class Generation:
         self.running = 0  # engine streams open now (/health reports it)
         self.calls = ToolCallMemory()
 
-    async def prompt(self, req: CanonicalRequest) -> Prompt:
+    async def prompt(self, req: CanonicalRequest, tenant: str = "") -> Prompt:
         """The request's prompt, rendered and tokenized off the event loop: a 1M-character
         conversation must not stall every other stream (the tokenizer releases the GIL)."""
-        return await asyncio.to_thread(self.prompts.build, req)
+        return await asyncio.to_thread(self.prompts.build, req, tenant)
 
-    async def admit(self, req: CanonicalRequest) -> Admitted:
-        prompt = await self.prompt(req)
+    async def admit(self, req: CanonicalRequest, tenant: str = "") -> Admitted:
+        prompt = await self.prompt(req, tenant)
         ids = prompt.token_ids
         room = self.limits.max_model_len - len(ids)
         if room < 1:
@@ -59,17 +60,16 @@ class Generation:
                 param="messages", code="context_length_exceeded")
         cap = min(self.limits.max_output_tokens, room)
         max_tokens = min(req.max_tokens_requested or cap, cap)
-        return Admitted(replace(req, sampling=replace(req.sampling, max_tokens=max_tokens)), prompt)
+        return Admitted(replace(req, sampling=replace(req.sampling, max_tokens=max_tokens)), prompt, tenant)
 
-    async def stream(self, admitted: Admitted, request_id: str,
-                     tenant: str = "") -> AsyncIterator[Union[OutputEvent, Finish]]:
-        """`tenant` scopes the prefix cache to the caller's API key; tool-call ids hash the
-        request id, so the same function called in two requests gets two ids."""
+    async def stream(self, admitted: Admitted, request_id: str) -> AsyncIterator[Union[OutputEvent, Finish]]:
+        """Tool-call ids hash the request id, so the same function called in two requests gets
+        two ids."""
         parser = self.prompts.parser(admitted.request, admitted.prompt, request_id)
         recorder = self.calls.watch()
         called = False
         last = None
-        hint = CacheHint(tenant=tenant, cache_id=admitted.request.cache_key)
+        hint = CacheHint(tenant=admitted.tenant, cache_id=admitted.request.cache_key)
         engine_stream = self.engine.generate(admitted.prompt.token_ids, admitted.request.sampling,
                                              request_id=request_id, cache=hint)
         self.running += 1

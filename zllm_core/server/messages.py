@@ -18,9 +18,9 @@ router = APIRouter()
 async def create_message(body: am.MessagesRequest, request: Request) -> Any:
     rt = runtime(request)
     rt.check_model(body.model)
-    admitted = await rt.generation.admit(am.to_canonical(body, rt.generation.calls.get))
+    admitted = await rt.generation.admit(am.to_canonical(body, rt.generation.calls.get), request.state.tenant)
     id = new_id("msg_")
-    events = rt.generation.stream(admitted, id, request.state.tenant)
+    events = rt.generation.stream(admitted, id)
     if not admitted.request.stream:
         out, finish = await collect(events)
         return am.message(id, body.model, out, finish)
@@ -33,7 +33,7 @@ async def count_tokens(body: am.CountTokensRequest, request: Request) -> dict[st
     rt = runtime(request)
     rt.check_model(body.model)
     canonical = am.to_canonical(body, rt.generation.calls.get)
-    return {"input_tokens": len((await rt.generation.prompt(canonical)).token_ids)}
+    return {"input_tokens": len((await rt.generation.prompt(canonical, request.state.tenant)).token_ids)}
 
 
 async def _frames(encoder: am.MessagesStream, events: AsyncIterator[Any]) -> AsyncIterator[str]:

@@ -50,11 +50,12 @@ class PromptBuilder:
             raise RequestError(f"the model's chat template rejected the conversation: {exc}",
                                param="messages") from None
 
-    def build(self, req: CanonicalRequest) -> Prompt:
+    def build(self, req: CanonicalRequest, scope: str = "") -> Prompt:
+        """`scope` (the tenant) keeps tokenizer sessions apart like the prefix cache's."""
         text = self.render(req)
         # The cache key (prompt_cache_key, a response chain) finds the session directly;
         # without one the longest stored text prefix does. Ids equal a full encode either way.
-        ids = self.tokens.encode(text, key=req.cache_key).tolist()
+        ids = self.tokens.encode(text, scope, key=req.cache_key).tolist()
         return Prompt(text, ids, self.template.dialect.starts_in_reasoning(text))
 
     def parser(self, req: CanonicalRequest, prompt: Prompt, scope: str) -> StreamParser:

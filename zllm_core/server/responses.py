@@ -50,8 +50,8 @@ class ResponseTurn:
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """Admission comes first, before any payload, so its errors stay plain HTTP errors."""
         seen: list[Any] = []
-        admitted = await self.rt.generation.admit(self.canonical)
-        generation = self.rt.generation.stream(admitted, self.encoder.id, self.tenant)
+        admitted = await self.rt.generation.admit(self.canonical, self.tenant)
+        generation = self.rt.generation.stream(admitted, self.encoder.id)
         async for payload in encoded(self.encoder, _gathered(generation, seen)):
             yield payload
         if self.encoder.status != "in_progress":
