@@ -7,6 +7,9 @@ Single-thread numbers run with the process pinned to one CPU and are given as CP
 process's, so a library's helper threads count) and wall time: on a shared, oversubscribed
 host CPU time is the stable one, and ratios use it. Batch numbers use all CPUs on 64
 documents, wall time. Every library's ids are checked against tiktoken's in the same run.
+Output types differ: tiktoken and Hugging Face return Python lists, gigatoken a numpy array.
+zllm_core is timed both ways (`encode`, a list; `encode_to_numpy`, an array) and each ratio
+compares like with like: gigatoken against the array row, the others against the list row.
 
     PYTHONPATH=$PWD python bench/tokenize_full.py [--families cl100k_base,...] [--chars 1000000]
 """
@@ -57,6 +60,7 @@ class Library:
         path = str(SHARED / "vocab" / self.spec["file"])
         return {
             "zllm_core": lambda: Tokenizer(self.vocab),
+            "zllm_core[numpy]": lambda: Tokenizer(self.vocab),
             "tiktoken": lambda: tiktoken.Encoding(self.family, pat_str=self.spec["pat_str"],
                                                   mergeable_ranks=self.ranks, special_tokens={}),
             "hf_tokenizers": lambda: tokenizers.Tokenizer.from_str(self.hf_json),
@@ -67,6 +71,8 @@ class Library:
 def encode(lib: str, tok, text: str) -> list[int]:
     if lib == "zllm_core":
         return tok.encode(text, disallowed_special=())
+    if lib == "zllm_core[numpy]":
+        return tok.encode_to_numpy(text, disallowed_special=())
     if lib == "tiktoken":
         return tok.encode_ordinary(text)
     if lib == "hf_tokenizers":
@@ -76,7 +82,7 @@ def encode(lib: str, tok, text: str) -> list[int]:
 
 def encode_batch(lib: str, tok, texts: list[str]):
     threads = os.cpu_count() or 1
-    if lib == "zllm_core":
+    if lib.startswith("zllm_core"):  # batches are lists either way
         return tok.encode_batch(texts, disallowed_special=(), num_threads=threads)
     if lib == "tiktoken":
         return tok.encode_ordinary_batch(texts, num_threads=threads)
@@ -144,8 +150,9 @@ def main() -> None:
                 os.sched_setaffinity(0, all_cpus)
                 bcold, bwarm = batch(lib, make, docs)
                 rows[lib] = ([mb / s for s in cold], [mb / s for s in warm], exact, mb / bcold, mb / bwarm)
-            ours_cold, ours_warm = rows["zllm_core"][0][0], rows["zllm_core"][1][0]
             for lib, (cold, warm, exact, bcold, bwarm) in rows.items():
+                ours = rows["zllm_core[numpy]" if lib in ("gigatoken", "zllm_core[numpy]") else "zllm_core"]
+                ours_cold, ours_warm = ours[0][0], ours[1][0]
                 print(f"| {family} | {text_name} | {lib} | {cold[0]:.1f} ({cold[1]:.1f}) | {warm[0]:.1f} ({warm[1]:.1f}) | "
                       f"{ours_cold / cold[0]:.2f}x | {ours_warm / warm[0]:.2f}x | {'yes' if exact else 'NO'} | "
                       f"{bcold:.1f} | {bwarm:.1f} |", flush=True)

@@ -4,6 +4,8 @@
 // which is what tiktoken and Hugging Face do.
 #include "bpe.h"
 
+#include <emmintrin.h>  // SSE2: part of every x86-64 target
+
 #include <cstring>
 #include <functional>
 #include <queue>
@@ -14,6 +16,25 @@ namespace {
 
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr size_t kSmallPiece = 48;
+constexpr int32_t kNoPair = INT32_MAX;  // merge priorities are below 2^24, so signed compares work
+
+inline __m128i lane_min(__m128i a, __m128i b) {
+  const __m128i lt = _mm_cmplt_epi32(b, a);
+  return _mm_or_si128(_mm_and_si128(lt, b), _mm_andnot_si128(lt, a));
+}
+
+// The position of the first minimum of v[0, lanes), lanes a multiple of 4 (SSE2 has signed
+// 32-bit compares only, hence int32_t priorities).
+inline size_t first_minimum(const int32_t* v, size_t lanes) {
+  __m128i low = _mm_load_si128(reinterpret_cast<const __m128i*>(v));
+  for (size_t k = 4; k < lanes; k += 4) low = lane_min(low, _mm_load_si128(reinterpret_cast<const __m128i*>(v + k)));
+  low = lane_min(low, _mm_shuffle_epi32(low, 0x4E));  // halves swapped
+  low = lane_min(low, _mm_shuffle_epi32(low, 0xB1));  // neighbours swapped: the minimum everywhere
+  for (size_t k = 0;; k += 4) {
+    const __m128i eq = _mm_cmpeq_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(v + k)), low);
+    if (const int hit = _mm_movemask_ps(_mm_castsi128_ps(eq))) return k + size_t(__builtin_ctz(unsigned(hit)));
+  }
+}
 
 inline uint64_t mix(uint64_t h) {
   h ^= h >> 33;
@@ -169,36 +190,42 @@ uint32_t* BytePairModel::merge(const uint8_t* p, size_t n, uint32_t* w) const {
   return n <= kSmallPiece ? merge_small(p, n, w) : merge_heap(p, n, w);
 }
 
+// Symbols stay at their byte positions, linked by next/prev; a merged-away symbol's pair
+// priority becomes kNoPair, so finding the next merge is a fixed-length SIMD minimum over the
+// piece's positions, and nothing shifts.
 uint32_t* BytePairModel::merge_small(const uint8_t* p, size_t n, uint32_t* w) const {
-  uint32_t ids[kSmallPiece], prio[kSmallPiece], merged[kSmallPiece];
+  alignas(16) int32_t prio[kSmallPiece + 4];  // of the pair (k, next[k]); kNoPair when none
+  uint32_t ids[kSmallPiece], merged[kSmallPiece];
+  uint8_t next[kSmallPiece], prev[kSmallPiece];
   auto set_pair = [&](size_t k, Merge m) {
-    prio[k] = m.priority;
+    prio[k] = m.priority == kNoMerge ? kNoPair : int32_t(m.priority);
     merged[k] = m.merged;
   };
-  auto pair_at = [&](size_t k) { set_pair(k, merges_.find(ids[k], ids[k + 1])); };
-  for (size_t k = 0; k < n; ++k) ids[k] = byte_ids_[p[k]];
-  for (size_t k = 0; k + 1 < n; ++k) set_pair(k, byte_merge(p[k], p[k + 1]));
-  while (n > 1) {
-    size_t best = 0;
-    uint32_t lowest = prio[0];
-    for (size_t k = 1; k + 1 < n; ++k) {  // selects, not branches: the minimum's place is random
-      const bool lower = prio[k] < lowest;
-      lowest = lower ? prio[k] : lowest;
-      best = lower ? k : best;
-    }
-    if (lowest == kNone) break;
-    ids[best] = merged[best];
-    for (size_t k = best + 1; k + 1 < n; ++k) {
-      ids[k] = ids[k + 1];
-      prio[k] = prio[k + 1];
-      merged[k] = merged[k + 1];
-    }
-    --n;
-    if (best + 1 < n) pair_at(best);
-    if (best > 0) pair_at(best - 1);
+  const size_t lanes = (n + 3) & ~size_t(3);
+  for (size_t k = 0; k < n; ++k) {
+    ids[k] = byte_ids_[p[k]];
+    next[k] = uint8_t(k + 1);
+    prev[k] = uint8_t(k - 1);
   }
-  std::memcpy(w, ids, n * sizeof(uint32_t));
-  return w + n;
+  for (size_t k = 0; k + 1 < n; ++k) set_pair(k, byte_merge(p[k], p[k + 1]));
+  for (size_t k = n - 1; k < lanes; ++k) prio[k] = kNoPair;
+  for (;;) {
+    const size_t best = first_minimum(prio, lanes);
+    if (prio[best] == kNoPair) break;
+    const size_t gone = next[best], after = next[gone];
+    ids[best] = merged[best];
+    prio[gone] = kNoPair;
+    next[best] = uint8_t(after);
+    if (after < n) {
+      prev[after] = uint8_t(best);
+      set_pair(best, merges_.find(ids[best], ids[after]));
+    } else {
+      prio[best] = kNoPair;
+    }
+    if (best > 0) set_pair(prev[best], merges_.find(ids[prev[best]], ids[best]));
+  }
+  for (size_t k = 0; k < n; k = next[k]) *w++ = ids[k];
+  return w;
 }
 
 uint32_t* BytePairModel::merge_heap(const uint8_t* p, size_t n, uint32_t* w) const {

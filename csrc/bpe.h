@@ -101,7 +101,7 @@ class BytePairModel {
   int64_t whole(const uint8_t* p, size_t n, uint64_t h) const;
   bool whole_piece_first() const { return whole_piece_first_; }
   // Writes the merged ids of one piece (at most n) at w and returns the end (no whole-piece
-  // shortcut, no cache).
+  // shortcut, no piece cache).
   uint32_t* merge(const uint8_t* p, size_t n, uint32_t* w) const;
   size_t num_tokens() const { return offsets_.size() - 1; }
   bool has(uint32_t id) const { return id + 1 < offsets_.size() && offsets_[id + 1] > offsets_[id]; }

@@ -1,10 +1,12 @@
 // Python bindings of the native tokenizer. Encoding runs with the GIL released (the str's
 // UTF-8 buffer stays alive with the argument), batches on std::threads.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
 
 #include "tokenizer_core.h"
@@ -54,6 +56,14 @@ py::list to_list(const Tokens& tokens) {
     PyList_SET_ITEM(list, Py_ssize_t(i), v);
   }
   return py::reinterpret_steal<py::list>(list);
+}
+
+// The ids as one uint32 array: no Python object per token, for callers that hand ids to
+// numpy or torch (tiktoken's encode_to_numpy; gigatoken returns its ids this way too).
+py::array_t<uint32_t> to_array(const Tokens& tokens) {
+  py::array_t<uint32_t> out(tokens.size);
+  std::memcpy(out.mutable_data(), tokens.ids.get(), tokens.size * sizeof(uint32_t));
+  return out;
 }
 
 [[noreturn]] void raise_disallowed(const TokenizerCore& core, long k) {
@@ -190,6 +200,7 @@ void register_tokenizer(py::module_& m) {
         return ids;
       }, "Special ids in the order SpecialPolicy vectors are indexed.")
       .def("encode", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return to_list(encode_one(c, t, p)); })
+      .def("encode_array", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return to_array(encode_one(c, t, p)); })
       .def("count", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return encode_one(c, t, p).size; })
       .def("encode_batch", &encode_batch, py::arg("texts"), py::arg("policy"), py::arg("threads"))
       .def("decode_bytes", &decode_bytes)

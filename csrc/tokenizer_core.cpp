@@ -126,18 +126,18 @@ uint32_t* TokenizerCore::encode_pieces(const uint8_t* s, size_t n, size_t begin,
   return w;
 }
 
+// The piece cache is asked first: a repeated long piece (or one evicted from the hot cache)
+// then costs one probe, not a vocabulary miss too. Whole-token pieces are cached as well.
 uint32_t* TokenizerCore::encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const {
   if (n == 1) return model_.merge(p, n, w);
-  uint64_t h = hash_bytes(p, n);
-  if (model_.whole_piece_first()) {
-    int64_t id = model_.whole(p, n, h);
-    if (id >= 0) {
-      *w = uint32_t(id);
-      return w + 1;
-    }
-  }
+  const uint64_t h = hash_bytes(p, n);
   if (cache.find(p, n, h, w)) return w;
-  uint32_t* end = model_.merge(p, n, w);
+  uint32_t* end = w;
+  if (model_.whole_piece_first()) {
+    const int64_t id = model_.whole(p, n, h);
+    if (id >= 0) *end++ = uint32_t(id);
+  }
+  if (end == w) end = model_.merge(p, n, w);
   cache.insert(p, n, h, w, size_t(end - w));
   return end;
 }
