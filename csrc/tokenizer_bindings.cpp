@@ -85,9 +85,14 @@ class CacheLease {
   std::unique_ptr<PieceCache> cache_;
 };
 
-Tokens encode_one(TokenizerCore& core, const py::str& text, const SpecialPolicy& policy) {
+// Encodes into this thread's output buffer, kept between calls (a fresh buffer would
+// page-fault on the writes of every large text), and returns convert(tokens). A buffer
+// grown past kKeepTokens is released after the call.
+template <class Convert>
+auto encode_one(TokenizerCore& core, const py::str& text, const SpecialPolicy& policy, Convert convert) {
+  constexpr size_t kKeepTokens = size_t(1) << 24;
+  thread_local Tokens out;
   Text t = utf8_of(text);
-  Tokens out;
   long bad;
   {
     py::gil_scoped_release nogil;
@@ -95,7 +100,9 @@ Tokens encode_one(TokenizerCore& core, const py::str& text, const SpecialPolicy&
     bad = core.encode(t.data, t.size, policy, *cache, out);
   }
   if (bad >= 0) raise_disallowed(core, bad);
-  return out;
+  auto result = convert(out);
+  if (out.capacity > kKeepTokens) out = Tokens{};
+  return result;
 }
 
 py::list encode_batch(TokenizerCore& core, const py::list& texts, const SpecialPolicy& policy, int threads) {
@@ -199,9 +206,11 @@ void register_tokenizer(py::module_& m) {
         for (const Special& s : c.specials()) ids.push_back(s.id);
         return ids;
       }, "Special ids in the order SpecialPolicy vectors are indexed.")
-      .def("encode", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return to_list(encode_one(c, t, p)); })
-      .def("encode_array", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return to_array(encode_one(c, t, p)); })
-      .def("count", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return encode_one(c, t, p).size; })
+      .def("encode", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return encode_one(c, t, p, to_list); })
+      .def("encode_array", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return encode_one(c, t, p, to_array); })
+      .def("count", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) {
+        return encode_one(c, t, p, [](const Tokens& tokens) { return tokens.size; });
+      })
       .def("encode_batch", &encode_batch, py::arg("texts"), py::arg("policy"), py::arg("threads"))
       .def("decode_bytes", &decode_bytes)
       .def("split", &split_pieces, "Pre-tokenizer pieces of ordinary text (no special splitting).");

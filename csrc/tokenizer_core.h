@@ -21,10 +21,12 @@ struct SpecialPolicy {
   bool any = false;                          // some special is allowed or disallowed
 };
 
-// Token ids of one text; allocated for the worst case (one token per byte) without zeroing.
+// Token ids of one text; allocated for the worst case (one token per byte) without zeroing,
+// and reused by the next encode into the same Tokens when it is large enough.
 struct Tokens {
   std::unique_ptr<uint32_t[]> ids;
   size_t size = 0;
+  size_t capacity = 0;
 };
 
 struct Special {
