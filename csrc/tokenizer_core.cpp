@@ -130,14 +130,23 @@ uint32_t* TokenizerCore::encode_pieces(const uint8_t* s, size_t n, size_t begin,
   return w;
 }
 
-// The piece cache is asked first: a repeated long piece (or one evicted from the hot cache)
-// then costs one probe, not a vocabulary miss too. Whole-token pieces are cached as well.
+// A short piece that is one token needs one vocabulary probe and lives in the hot cache, so
+// the piece cache keeps only merged pieces and long ones; it is asked before the vocabulary
+// for long pieces, which repeat (and often miss the vocabulary) without a hot-cache entry.
 uint32_t* TokenizerCore::encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const {
   if (n == 1) return model_.merge(p, n, w);
   const uint64_t h = hash_bytes(p, n);
+  const bool whole_first = model_.whole_piece_first(), is_short = n <= HotPieces::kMaxBytes;
+  if (whole_first && is_short) {
+    const int64_t id = model_.whole(p, n, h);
+    if (id >= 0) {
+      *w = uint32_t(id);
+      return w + 1;
+    }
+  }
   if (cache.find(p, n, h, w)) return w;
   uint32_t* end = w;
-  if (model_.whole_piece_first()) {
+  if (whole_first && !is_short) {
     const int64_t id = model_.whole(p, n, h);
     if (id >= 0) *end++ = uint32_t(id);
   }
