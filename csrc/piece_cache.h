@@ -17,7 +17,8 @@ namespace zllm {
 
 class HotPieces {
  public:
-  static constexpr size_t kMaxBytes = 16, kMaxTokens = 10, kSlots = size_t(1) << 14;
+  static constexpr int kSlotBits = 14;
+  static constexpr size_t kMaxBytes = 16, kMaxTokens = 10, kSlots = size_t(1) << kSlotBits;
 
   HotPieces() : slots_(kSlots) {}
 
@@ -52,7 +53,7 @@ class HotPieces {
   static constexpr size_t kCopyAhead = 4;
   bool find(const Key& k, uint32_t*& w) const {
     const Slot& s = slots_[k.slot];
-    if (s.len != k.len || s.lo != k.lo || s.hi != k.hi) return false;
+    if ((s.lo ^ k.lo) | (s.hi ^ k.hi) | (s.len ^ k.len)) return false;  // one branch, not three
     std::memcpy(w, s.ids, kCopyAhead * sizeof(uint32_t));
     if (s.ntok > kCopyAhead) std::memcpy(w + kCopyAhead, s.ids + kCopyAhead, (s.ntok - kCopyAhead) * sizeof(uint32_t));
     w += s.ntok;
@@ -71,9 +72,8 @@ class HotPieces {
  private:
   static constexpr uint64_t kLowBytes[9] = {0, 0xFF, 0xFFFF, 0xFFFFFF, 0xFFFFFFFF, 0xFFFFFFFFFF,
                                             0xFFFFFFFFFFFF, 0xFFFFFFFFFFFFFF, ~uint64_t(0)};
-  static uint32_t index(uint64_t lo, uint64_t hi, size_t n) {
-    uint64_t h = (lo * 0x9E3779B97F4A7C15ull) ^ (hi * 0xC2B2AE3D27D4EB4Full) ^ n;
-    return uint32_t((h ^ (h >> 29) ^ (h >> 47)) & (kSlots - 1));
+  static uint32_t index(uint64_t lo, uint64_t hi, size_t n) {  // the top bits of two products
+    return uint32_t((((lo ^ n) * 0x9E3779B97F4A7C15ull) ^ (hi * 0xC2B2AE3D27D4EB4Full)) >> (64 - kSlotBits));
   }
   struct alignas(64) Slot {
     uint64_t lo = 0, hi = 0;
