@@ -85,13 +85,16 @@ class CacheLease {
   std::unique_ptr<PieceCache> cache_;
 };
 
-// Encodes into this thread's output buffer, kept between calls (a fresh buffer would
-// page-fault on the writes of every large text), and returns convert(tokens). A buffer
-// grown past kKeepTokens is released after the call.
+// Encodes text and returns convert(tokens). The output buffer is the thread's, kept between
+// encodes (a fresh one would page-fault on the writes of every large text); it is taken out
+// for the call, so a nested encode on this thread (Python code run by the conversion, such as
+// a garbage collection's finalizers) finds none and allocates its own.
 template <class Convert>
 auto encode_one(TokenizerCore& core, const py::str& text, const SpecialPolicy& policy, Convert convert) {
   constexpr size_t kKeepTokens = size_t(1) << 24;
-  thread_local Tokens out;
+  thread_local Tokens kept;
+  Tokens out = std::move(kept);
+  kept = Tokens{};
   Text t = utf8_of(text);
   long bad;
   {
@@ -101,7 +104,7 @@ auto encode_one(TokenizerCore& core, const py::str& text, const SpecialPolicy& p
   }
   if (bad >= 0) raise_disallowed(core, bad);
   auto result = convert(out);
-  if (out.capacity > kKeepTokens) out = Tokens{};
+  if (out.capacity <= kKeepTokens) kept = std::move(out);
   return result;
 }
 
