@@ -1,6 +1,7 @@
 // The class rules as bitmask predicates. Bit k of a mask is the byte at pos + k; `X << 1` is
 // "the previous byte is in X", `X >> 1` "the next byte is". Bit 0 is a piece start by
-// assumption, so only the rules at bit 1 look before the window, at most one byte back.
+// assumption, which settles the one rule that would look before the window (a letter at bit 1
+// after punctuation at bit 0: that punctuation starts its run, so it prefixes the letter).
 //
 // Derivation (each alternative of the regex in order, at the start of the run it meets):
 // - a whitespace character starts a piece at the start of its run; inside the run at the
@@ -8,14 +9,18 @@
 //   run's last character (`\s+(?!\S)` leaves it to prefix what follows, or to `\s`);
 // - space-prefixed families (r50k): a letter, digit or punctuation character starts a piece
 //   when its class differs from the previous byte's and that byte is not ' ';
-// - any-prefixed families: a letter starts a piece after a newline or a digit, or after a
-//   punctuation character that cannot prefix it: one that is part of a longer punctuation run
-//   (`[^\s\p{L}\p{N}]++` takes the whole run) or that a ' ' before it takes (` ?[^\s...]`);
-//   after whitespace it never does (the run's last character prefixes it). Punctuation starts
-//   a run unless after punctuation or ' '; the newlines right after it are its piece's
-//   (`[\r\n]*`) and belong to no whitespace run. Digits start groups of `digit_group`.
-// - contractions: an apostrophe that starts a piece and is followed by s, d, m, t, ll, ve or
-//   re makes that piece, and the next character starts one.
+// - any-prefixed families: a letter starts a piece after a newline, a digit or a punctuation
+//   piece's tail, or after a punctuation character that cannot prefix it: one that is part of
+//   a longer punctuation run (`[^\s\p{L}\p{N}]++` takes the whole run) or that a ' ' before it
+//   takes (` ?[^\s...]`); after whitespace it never does (the run's last character prefixes
+//   it). Punctuation starts a run unless after punctuation or ' '; the newlines right after it
+//   (and, for o200k, '/' among them) are its piece's tail (`[\r\n/]*`) and belong to no
+//   whitespace run. Digits start groups of `digit_group`.
+// - o200k's case-aware letters: inside a letter run a piece also starts where an upper-case
+//   letter follows a lower-case one (`[U]*[W]+` takes the upper run, then the lower run).
+// - contractions: an apostrophe that starts a piece (prefix kinds), or that follows a letter
+//   piece (o200k's `C?`, once per piece), followed by s, d, m, t, ll, ve or re, makes that piece
+//   or ends it, and the next character starts one.
 // Whitespace runs that may continue past the window's ASCII bytes, and the last bytes whose
 // rules look ahead, are left undecided for the next window or the scanner.
 #include "ascii_block.h"
@@ -26,7 +31,7 @@ namespace zllm {
 namespace {
 
 struct Masks64 {
-  uint64_t letter = 0, digit = 0, blank = 0, newline = 0, space = 0, apostrophe = 0, high = 0;
+  uint64_t letter = 0, upper = 0, digit = 0, blank = 0, newline = 0, space = 0, apostrophe = 0, slash = 0, high = 0;
 
   explicit Masks64(const uint8_t* p) {
     for (int k = 0; k < 4; ++k) {
@@ -34,12 +39,14 @@ struct Masks64 {
       const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
       const int at = 16 * k;
       letter |= uint64_t(c.letter) << at;
+      upper |= uint64_t(c.upper) << at;
       digit |= uint64_t(c.digit) << at;
       blank |= uint64_t(c.blank) << at;
       newline |= uint64_t(c.newline) << at;
       high |= uint64_t(c.high) << at;
       space |= uint64_t(byte_mask(b, ' ')) << at;
       apostrophe |= uint64_t(byte_mask(b, '\'')) << at;
+      slash |= uint64_t(byte_mask(b, '/')) << at;
     }
   }
   uint64_t other() const { return ~(high | letter | digit | blank); }
@@ -92,47 +99,48 @@ inline unsigned contraction_length(const uint8_t* p, bool fold) {
 AsciiBlockRules AsciiBlockRules::of(const Grammar& g) {
   AsciiBlockRules r;
   r.digit_group = g.digit_group;
-  if (g.digits_only || g.letters == Grammar::kCased || !g.punct_space_prefix || g.punct_slash) return r;
+  r.slash = g.punct_slash;
+  if (g.digits_only || !g.punct_space_prefix || g.digit_group > 8) return r;
+  const bool newline_rules = g.punct_newlines && g.newline_rule && !g.digit_space_prefix;
   if (g.letters == Grammar::kSpacePrefixed && g.contractions == Grammar::kPrefixCaseSensitive &&
-      g.digit_space_prefix && g.digit_group == 0 && !g.punct_newlines && !g.newline_rule) {
+      g.digit_space_prefix && g.digit_group == 0 && !g.punct_newlines && !g.newline_rule && !g.punct_slash) {
     r.kind = kSpacePrefixed;
-  } else if (g.letters == Grammar::kAnyPrefixed && g.contractions == Grammar::kPrefixCaseInsensitive &&
-             !g.digit_space_prefix && g.digit_group <= 8 && g.punct_newlines && g.newline_rule) {
+  } else if (g.letters == Grammar::kAnyPrefixed && g.contractions == Grammar::kPrefixCaseInsensitive && newline_rules) {
     r.kind = kAnyPrefixed;
+  } else if (g.letters == Grammar::kCased && g.contractions == Grammar::kSuffixCaseInsensitive && newline_rules) {
+    r.kind = kCased;
   }
   return r;
 }
 
 AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos) {
-  const uint8_t prev = pos ? s[pos - 1] : 0;
   // Most windows of non-Latin text fail here, before the full class masks are computed.
   const uint32_t head = uint32_t(_mm_movemask_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + pos))));
-  if ((head & 0xFF) || prev >= 0x80) return AsciiBlock{1, 0, head ? unsigned(__builtin_ctz(head)) : 16};
+  if (head & 0xFF) return AsciiBlock{1, 0, unsigned(__builtin_ctz(head))};
   const Masks64 m(s + pos);
   const unsigned ascii = m.high ? unsigned(__builtin_ctzll(m.high)) : 64;
   if (ascii < 8) return AsciiBlock{1, 0, ascii};
   // Rules at k read bytes up to k + 2 (contractions), so they are exact up to ascii - 3.
   unsigned decided = ascii - 3 < 61 ? ascii - 3 : 61;
   const uint64_t valid = lowest_bits(ascii);
-  const uint64_t letter = m.letter, digit = m.digit, punct = m.other() & valid;
-  const bool prev_punct = pos && prev != ' ' && !((prev | 0x20) >= 'a' && (prev | 0x20) <= 'z') &&
-                          !(prev >= '0' && prev <= '9') && !(prev >= '\t' && prev <= '\r');
-  const uint64_t after_space = (m.space << 1), after_punct = punct << 1;
+  const uint64_t letter = m.letter, digit = m.digit, punct = m.other() & valid, after_space = m.space << 1;
   uint64_t starts = 1, white;
   if (rules.kind == AsciiBlockRules::kSpacePrefixed) {
     white = m.blank;
     starts |= white & (~(white << 1) | ~(white >> 1));
-    starts |= ((letter & ~(letter << 1)) | (digit & ~(digit << 1)) | (punct & ~after_punct)) & ~after_space;
+    starts |= ((letter & ~(letter << 1)) | (digit & ~(digit << 1)) | (punct & ~(punct << 1))) & ~after_space;
   } else {
-    const uint64_t absorbed = fill_up((punct << 1) & m.newline & ~uint64_t(1), m.newline);
+    const uint64_t tails = rules.slash ? m.newline | m.slash : m.newline;
+    const uint64_t absorbed = fill_up((punct << 1) & m.newline & ~uint64_t(1), tails);
+    const uint64_t own_punct = punct & ~absorbed, after_punct = own_punct << 1;
     white = m.blank & ~absorbed;
     const uint64_t space = white & ~m.newline, newline = white & m.newline;
-    const uint64_t before2_space = (m.space << 2) | (uint64_t(prev == ' ') << 1);
-    const uint64_t before2_punct = (punct << 2) | (uint64_t(prev_punct) << 1);
     const uint64_t newline_later = any_after_in_run(newline, white) >> 1;  // in the run, after k
-    starts |= letter & ((m.newline << 1) | (digit << 1) | (after_punct & (before2_punct | before2_space)));
+    starts |= letter & ((m.newline << 1) | (digit << 1) | (absorbed << 1) |
+                        (after_punct & ((own_punct << 2) | (m.space << 2))));
+    if (rules.kind == AsciiBlockRules::kCased) starts |= m.upper & ((letter & ~m.upper) << 1);
     starts |= digit_starts(digit, rules.digit_group);
-    starts |= punct & ~after_punct & ~after_space;
+    starts |= own_punct & ~after_punct & ~after_space;
     starts |= space & (~(white << 1) | ((newline << 1) & ~newline_later) | ~(white >> 1));
     starts |= newline & ~(white << 1);
   }
@@ -142,13 +150,21 @@ AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t po
     const unsigned last_run = 63 - unsigned(__builtin_clzll(run_starts | 1));
     if (last_run < decided) decided = last_run;
   }
-  const bool fold = rules.kind == AsciiBlockRules::kAnyPrefixed;
+  unsigned after_contraction = 0;
   for (uint64_t ap = m.apostrophe & lowest_bits(decided + 1); ap; ap &= ap - 1) {
     const unsigned k = unsigned(__builtin_ctzll(ap));
-    if (!((starts >> k) & 1)) continue;
-    if (const unsigned len = contraction_length(s + pos + k, fold)) {
-      starts &= ~(lowest_bits(k + len) & ~lowest_bits(k + 1));
-      if (k + len < 64) starts |= uint64_t(1) << (k + len);
+    // Prefix kinds: a contraction is a piece of its own at an apostrophe that starts one.
+    // Cased: it ends the letter piece just before it, unless those letters were themselves a
+    // contraction's (a piece takes one).
+    const bool at = rules.kind == AsciiBlockRules::kCased
+                        ? k > 0 && ((letter >> (k - 1)) & 1) && k != after_contraction
+                        : (starts >> k) & 1;
+    if (!at) continue;
+    if (const unsigned len = contraction_length(s + pos + k, rules.kind != AsciiBlockRules::kSpacePrefixed)) {
+      const unsigned end = k + len;
+      starts &= ~(lowest_bits(end) & ~lowest_bits(rules.kind == AsciiBlockRules::kCased ? k : k + 1));
+      if (end < 64) starts |= uint64_t(1) << end;
+      after_contraction = end;
     }
   }
   return AsciiBlock{starts, decided, ascii};

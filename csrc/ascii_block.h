@@ -5,9 +5,10 @@
 // newlines a punctuation run absorbs). The per-piece branches of the scanner become a few
 // dozen mask operations per window and one predictable loop over the set bits.
 //
-// Covered: the space-prefixed rules (r50k) and the any-prefixed ones with `[\r\n]*` after
-// punctuation and the newline rule (cl100k, Llama 3, Qwen2). o200k's case-aware letters and
-// the digit splitter stay on the scanner, as do windows with non-ASCII bytes.
+// Covered: the space-prefixed rules (r50k), the any-prefixed ones with `[\r\n]*` after
+// punctuation and the newline rule (cl100k, Llama 3, Qwen2) and o200k's case-aware letters
+// with suffixed contractions. The digit splitter stays on the scanner, as do windows with
+// non-ASCII bytes.
 #pragma once
 
 #include <cstddef>
@@ -18,9 +19,10 @@
 namespace zllm {
 
 struct AsciiBlockRules {
-  enum Kind : uint8_t { kNone, kSpacePrefixed, kAnyPrefixed };
+  enum Kind : uint8_t { kNone, kSpacePrefixed, kAnyPrefixed, kCased };
   Kind kind = kNone;
   uint8_t digit_group = 0;  // as Grammar::digit_group
+  bool slash = false;       // as Grammar::punct_slash
 
   static AsciiBlockRules of(const Grammar& g);
 };
@@ -31,8 +33,9 @@ struct AsciiBlock {
   unsigned ascii;    // the window's leading ASCII bytes
 };
 
-// The window at s[pos, pos + 64), which must be readable; pos is a piece start. Not eligible
-// (decided 0) when s[pos - 1] or the window's first bytes are not ASCII.
+// The window at s[pos, pos + 64), which must be readable; pos is a piece start (so no rule
+// needs the byte before it). Not eligible (decided 0) when the window's first bytes are not
+// ASCII.
 AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos);
 
 }  // namespace zllm

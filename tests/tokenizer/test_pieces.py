@@ -1,12 +1,14 @@
 """The class rules alone (no BPE) reproduce the reference regex's pieces exactly."""
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given, settings
 
 from tests.tokenizer.conftest import report
 from tests.tokenizer.references import regex_pieces
-from tests.tokenizer.strategies import ascii_text, mixed_text
+from tests.tokenizer.strategies import ASCII_FRAGMENTS, CONTRACTIONS, ascii_text, mixed_text
 from zllm_core import _native
 from zllm_core.tokenizer.rules import CL100K_PATTERN, ONIG_PATTERNS, PATTERNS, Rules
 from zllm_core.tokenizer.tokenizer import Tokenizer
@@ -50,6 +52,14 @@ def test_rules_reproduce_regex_pieces_on_generated_text(pattern, rules, referenc
         assert tok.pieces(text) == regex_pieces(reference, text)
 
     check()
+
+
+@pytest.mark.parametrize(("pattern", "rules", "reference"), CASES, ids=IDS)
+def test_rules_reproduce_regex_pieces_on_long_ascii_text(pattern, rules, reference):
+    """Every pair of ASCII fragments, many times over, inside 64-byte windows of the block rules."""
+    rng = random.Random(0)
+    text = "".join(rng.choice(ASCII_FRAGMENTS + CONTRACTIONS) for _ in range(40_000))
+    assert splitter(rules).pieces(text) == regex_pieces(reference, text)
 
 
 def test_every_supported_family_is_exact():
