@@ -103,19 +103,25 @@ def cpu_and_wall(fn) -> tuple[float, float, object]:
     return time.process_time() - cpu, time.perf_counter() - wall, out
 
 
-def single_thread(lib: str, make, text: str, expected: list[int], repeats: int) -> tuple[list, list, bool]:
-    """Best (cpu, wall) seconds cold over `repeats` fresh objects, then warm; and exactness.
-    Each fresh object first encodes a tiny text, so one-time lazy setup is not timed."""
-    colds, warms, exact = [], [], True
+def single_thread(makers: dict, text: str, expected: list[int], repeats: int) -> dict:
+    """Per library: best (cpu, wall) seconds cold over `repeats` fresh objects, then warm, and
+    exactness. The libraries take turns within each round, so a change in the shared host's
+    load hits them alike instead of whichever ran then. Each fresh object first encodes a tiny
+    text, so one-time lazy setup is not timed."""
+    colds = {lib: [] for lib in makers}
+    warms = {lib: [] for lib in makers}
+    exact = {lib: True for lib in makers}
     for _ in range(repeats):
-        tok = make()
-        encode(lib, tok, "x = 1\n")
-        cpu, wall, ids = cpu_and_wall(lambda: encode(lib, tok, text))
-        colds.append((cpu, wall))
-        exact &= list(ids) == expected
-        warms += [cpu_and_wall(lambda: encode(lib, tok, text))[:2] for _ in range(repeats)]
+        for lib, make in makers.items():
+            tok = make()
+            encode(lib, tok, "x = 1\n")
+            cpu, wall, ids = cpu_and_wall(lambda: encode(lib, tok, text))
+            colds[lib].append((cpu, wall))
+            exact[lib] &= list(ids) == expected
+            warms[lib] += [cpu_and_wall(lambda: encode(lib, tok, text))[:2] for _ in range(repeats)]
+            del tok, ids
     best = lambda runs: [min(r[0] for r in runs), min(r[1] for r in runs)]  # noqa: E731
-    return best(colds), best(warms), exact
+    return {lib: (best(colds[lib]), best(warms[lib]), exact[lib]) for lib in makers}
 
 
 def batch(lib: str, make, docs: list[str]) -> tuple[float, float]:
@@ -143,11 +149,13 @@ def main() -> None:
             mb = len(text.encode()) / 1e6
             expected = encode("tiktoken", libs.makers()["tiktoken"](), text)
             docs = [text[k * len(text) // 64:(k + 1) * len(text) // 64] for k in range(64)]
+            makers = libs.makers()
+            os.sched_setaffinity(0, {min(all_cpus)})
+            singles = single_thread(makers, text, expected, args.repeats)
+            os.sched_setaffinity(0, all_cpus)
             rows = {}
-            for lib, make in libs.makers().items():
-                os.sched_setaffinity(0, {min(all_cpus)})
-                cold, warm, exact = single_thread(lib, make, text, expected, args.repeats)
-                os.sched_setaffinity(0, all_cpus)
+            for lib, make in makers.items():
+                cold, warm, exact = singles[lib]
                 bcold, bwarm = batch(lib, make, docs)
                 rows[lib] = ([mb / s for s in cold], [mb / s for s in warm], exact, mb / bcold, mb / bwarm)
             for lib, (cold, warm, exact, bcold, bwarm) in rows.items():
