@@ -7,6 +7,9 @@ Single-thread numbers run with the process pinned to one CPU and are given as CP
 process's, so a library's helper threads count) and wall time: on a shared, oversubscribed
 host CPU time is the stable one, and ratios use it. Batch numbers use all CPUs on 64
 documents, wall time. Every library's ids are checked against tiktoken's in the same run.
+Output types differ: tiktoken and Hugging Face return Python lists, gigatoken a numpy array.
+zllm_core is timed both ways (`encode`, a list; `encode_to_numpy`, an array) and each ratio
+compares like with like: gigatoken against the array row, the others against the list row.
 
     PYTHONPATH=$PWD python bench/tokenize_full.py [--families cl100k_base,...] [--chars 1000000]
 """
@@ -57,6 +60,7 @@ class Library:
         path = str(SHARED / "vocab" / self.spec["file"])
         return {
             "zllm_core": lambda: Tokenizer(self.vocab),
+            "zllm_core[numpy]": lambda: Tokenizer(self.vocab),
             "tiktoken": lambda: tiktoken.Encoding(self.family, pat_str=self.spec["pat_str"],
                                                   mergeable_ranks=self.ranks, special_tokens={}),
             "hf_tokenizers": lambda: tokenizers.Tokenizer.from_str(self.hf_json),
@@ -67,6 +71,8 @@ class Library:
 def encode(lib: str, tok, text: str) -> list[int]:
     if lib == "zllm_core":
         return tok.encode(text, disallowed_special=())
+    if lib == "zllm_core[numpy]":
+        return tok.encode_to_numpy(text, disallowed_special=())
     if lib == "tiktoken":
         return tok.encode_ordinary(text)
     if lib == "hf_tokenizers":
@@ -76,7 +82,7 @@ def encode(lib: str, tok, text: str) -> list[int]:
 
 def encode_batch(lib: str, tok, texts: list[str]):
     threads = os.cpu_count() or 1
-    if lib == "zllm_core":
+    if lib.startswith("zllm_core"):  # batches are lists either way
         return tok.encode_batch(texts, disallowed_special=(), num_threads=threads)
     if lib == "tiktoken":
         return tok.encode_ordinary_batch(texts, num_threads=threads)
@@ -97,19 +103,25 @@ def cpu_and_wall(fn) -> tuple[float, float, object]:
     return time.process_time() - cpu, time.perf_counter() - wall, out
 
 
-def single_thread(lib: str, make, text: str, expected: list[int], repeats: int) -> tuple[list, list, bool]:
-    """Best (cpu, wall) seconds cold over `repeats` fresh objects, then warm; and exactness.
-    Each fresh object first encodes a tiny text, so one-time lazy setup is not timed."""
-    colds, warms, exact = [], [], True
+def single_thread(makers: dict, text: str, expected: list[int], repeats: int) -> dict:
+    """Per library: best (cpu, wall) seconds cold over `repeats` fresh objects, then warm, and
+    exactness. The libraries take turns within each round, so a change in the shared host's
+    load hits them alike instead of whichever ran then. Each fresh object first encodes a tiny
+    text, so one-time lazy setup is not timed."""
+    colds = {lib: [] for lib in makers}
+    warms = {lib: [] for lib in makers}
+    exact = {lib: True for lib in makers}
     for _ in range(repeats):
-        tok = make()
-        encode(lib, tok, "x = 1\n")
-        cpu, wall, ids = cpu_and_wall(lambda: encode(lib, tok, text))
-        colds.append((cpu, wall))
-        exact &= list(ids) == expected
-        warms += [cpu_and_wall(lambda: encode(lib, tok, text))[:2] for _ in range(repeats)]
+        for lib, make in makers.items():
+            tok = make()
+            encode(lib, tok, "x = 1\n")
+            cpu, wall, ids = cpu_and_wall(lambda: encode(lib, tok, text))
+            colds[lib].append((cpu, wall))
+            exact[lib] &= list(ids) == expected
+            warms[lib] += [cpu_and_wall(lambda: encode(lib, tok, text))[:2] for _ in range(repeats)]
+            del tok, ids
     best = lambda runs: [min(r[0] for r in runs), min(r[1] for r in runs)]  # noqa: E731
-    return best(colds), best(warms), exact
+    return {lib: (best(colds[lib]), best(warms[lib]), exact[lib]) for lib in makers}
 
 
 def batch(lib: str, make, docs: list[str]) -> tuple[float, float]:
@@ -137,15 +149,18 @@ def main() -> None:
             mb = len(text.encode()) / 1e6
             expected = encode("tiktoken", libs.makers()["tiktoken"](), text)
             docs = [text[k * len(text) // 64:(k + 1) * len(text) // 64] for k in range(64)]
+            makers = libs.makers()
+            os.sched_setaffinity(0, {min(all_cpus)})
+            singles = single_thread(makers, text, expected, args.repeats)
+            os.sched_setaffinity(0, all_cpus)
             rows = {}
-            for lib, make in libs.makers().items():
-                os.sched_setaffinity(0, {min(all_cpus)})
-                cold, warm, exact = single_thread(lib, make, text, expected, args.repeats)
-                os.sched_setaffinity(0, all_cpus)
+            for lib, make in makers.items():
+                cold, warm, exact = singles[lib]
                 bcold, bwarm = batch(lib, make, docs)
                 rows[lib] = ([mb / s for s in cold], [mb / s for s in warm], exact, mb / bcold, mb / bwarm)
-            ours_cold, ours_warm = rows["zllm_core"][0][0], rows["zllm_core"][1][0]
             for lib, (cold, warm, exact, bcold, bwarm) in rows.items():
+                ours = rows["zllm_core[numpy]" if lib in ("gigatoken", "zllm_core[numpy]") else "zllm_core"]
+                ours_cold, ours_warm = ours[0][0], ours[1][0]
                 print(f"| {family} | {text_name} | {lib} | {cold[0]:.1f} ({cold[1]:.1f}) | {warm[0]:.1f} ({warm[1]:.1f}) | "
                       f"{ours_cold / cold[0]:.2f}x | {ours_warm / warm[0]:.2f}x | {'yes' if exact else 'NO'} | "
                       f"{bcold:.1f} | {bwarm:.1f} |", flush=True)

@@ -4,6 +4,8 @@
 // which is what tiktoken and Hugging Face do.
 #include "bpe.h"
 
+#include <emmintrin.h>  // SSE2: part of every x86-64 target
+
 #include <cstring>
 #include <functional>
 #include <queue>
@@ -14,6 +16,25 @@ namespace {
 
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr size_t kSmallPiece = 48;
+constexpr int32_t kNoPair = INT32_MAX;  // merge priorities are below 2^24, so signed compares work
+
+inline __m128i lane_min(__m128i a, __m128i b) {
+  const __m128i lt = _mm_cmplt_epi32(b, a);
+  return _mm_or_si128(_mm_and_si128(lt, b), _mm_andnot_si128(lt, a));
+}
+
+// The position of the first minimum of v[0, lanes), lanes a multiple of 4 (SSE2 has signed
+// 32-bit compares only, hence int32_t priorities).
+inline size_t first_minimum(const int32_t* v, size_t lanes) {
+  __m128i low = _mm_load_si128(reinterpret_cast<const __m128i*>(v));
+  for (size_t k = 4; k < lanes; k += 4) low = lane_min(low, _mm_load_si128(reinterpret_cast<const __m128i*>(v + k)));
+  low = lane_min(low, _mm_shuffle_epi32(low, 0x4E));  // halves swapped
+  low = lane_min(low, _mm_shuffle_epi32(low, 0xB1));  // neighbours swapped: the minimum everywhere
+  for (size_t k = 0;; k += 4) {
+    const __m128i eq = _mm_cmpeq_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(v + k)), low);
+    if (const int hit = _mm_movemask_ps(_mm_castsi128_ps(eq))) return k + size_t(__builtin_ctz(unsigned(hit)));
+  }
+}
 
 inline uint64_t mix(uint64_t h) {
   h ^= h >> 33;
@@ -63,42 +84,39 @@ uint32_t TokenIndex::find(const uint8_t* p, size_t n, uint64_t h, const uint32_t
   }
 }
 
-void MergeTable::reserve(size_t n) {
-  slots_.assign(table_size(n), Slot{0, {0, 0}});
-  mask_ = slots_.size() - 1;
-  size_ = 0;
-}
-
-void MergeTable::grow() {
-  std::vector<Slot> old;
+void MergeTable::rehash(size_t slots) {
+  std::vector<uint64_t> old(slots, 0);
   old.swap(slots_);
-  reserve(old.size());
-  for (const Slot& s : old)
-    if (s.key) insert(uint32_t((s.key - 1) >> 32), uint32_t(s.key - 1), s.merge);
+  mask_ = slots_.size() - 1;
+  for (uint64_t s : old) {
+    if (!s) continue;
+    uint64_t i = slot_of(s >> 24);
+    while (slots_[i]) i = (i + 1) & mask_;
+    slots_[i] = s;
+  }
 }
 
 void MergeTable::insert(uint32_t left, uint32_t right, Merge m) {
-  if (2 * (size_ + 1) > slots_.size()) grow();
-  uint64_t key = ((uint64_t(left) << 32) | right) + 1;
-  for (uint64_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
-    if (slots_[i].key == key) {  // a later duplicate wins, as in Hugging Face's merge map
-      slots_[i].merge = m;
-      return;
-    }
-    if (!slots_[i].key) {
-      slots_[i] = Slot{key, m};
-      ++size_;
+  if (left >= kMaxId || right >= kMaxId || m.priority > kMaxPriority)
+    throw std::invalid_argument("token id or merge priority too large for the merge table");
+  if (2 * (size_ + 1) > slots_.size()) rehash(slots_.empty() ? 1024 : 2 * slots_.size());
+  if (merged_.size() <= m.priority) merged_.resize(m.priority + 1, kNone);
+  merged_[m.priority] = m.merged;
+  const uint64_t key = pair_key(left, right), slot = (key << 24) | m.priority;
+  for (uint64_t i = slot_of(key);; i = (i + 1) & mask_) {
+    if ((slots_[i] >> 24) == key || !slots_[i]) {
+      size_ += !slots_[i];
+      slots_[i] = slot;
       return;
     }
   }
 }
 
-const Merge* MergeTable::find(uint32_t left, uint32_t right) const {
-  uint64_t key = ((uint64_t(left) << 32) | right) + 1;
-  for (uint64_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
-    if (slots_[i].key == key) return &slots_[i].merge;
-    if (!slots_[i].key) return nullptr;
-  }
+void MergeTable::shrink_to_fit() {
+  rehash(table_size(size_));
+  bool identity = true;
+  for (uint32_t p = 0; p < merged_.size() && identity; ++p) identity = merged_[p] == kNone || merged_[p] == p;
+  if (identity) std::vector<uint32_t>().swap(merged_);
 }
 
 BytePairModel::BytePairModel(const std::vector<std::string>& tokens,
@@ -122,9 +140,16 @@ BytePairModel::BytePairModel(const std::vector<std::string>& tokens,
   }
   if (merges.empty()) {
     derive_merges_from_ranks();
-    return;
+  } else {
+    insert_merges(merges);
   }
-  merges_.reserve(merges.size());
+  merges_.shrink_to_fit();
+  byte_merges_.resize(256 * 256);
+  for (int a = 0; a < 256; ++a)
+    for (int b = 0; b < 256; ++b) byte_merges_[a << 8 | b] = merges_.find(byte_ids_[a], byte_ids_[b]);
+}
+
+void BytePairModel::insert_merges(const std::vector<std::pair<uint32_t, uint32_t>>& merges) {
   std::string joined;
   for (uint32_t rank = 0; rank < merges.size(); ++rank) {
     auto [l, r] = merges[rank];
@@ -140,7 +165,6 @@ BytePairModel::BytePairModel(const std::vector<std::string>& tokens,
 // tiktoken merges the adjacent pair whose concatenation has the lowest rank, so every way
 // of splitting a token into two tokens is a merge whose priority is that token's rank.
 void BytePairModel::derive_merges_from_ranks() {
-  merges_.reserve(arena_.size());
   const uint8_t* base = reinterpret_cast<const uint8_t*>(arena_.data());
   for (uint32_t id = 0; id + 1 < offsets_.size(); ++id) {
     const uint8_t* p = base + offsets_[id];
@@ -166,32 +190,42 @@ uint32_t* BytePairModel::merge(const uint8_t* p, size_t n, uint32_t* w) const {
   return n <= kSmallPiece ? merge_small(p, n, w) : merge_heap(p, n, w);
 }
 
+// Symbols stay at their byte positions, linked by next/prev; a merged-away symbol's pair
+// priority becomes kNoPair, so finding the next merge is a fixed-length SIMD minimum over the
+// piece's positions, and nothing shifts.
 uint32_t* BytePairModel::merge_small(const uint8_t* p, size_t n, uint32_t* w) const {
-  uint32_t ids[kSmallPiece], prio[kSmallPiece], merged[kSmallPiece];
-  auto pair_at = [&](size_t k) {
-    const Merge* m = merges_.find(ids[k], ids[k + 1]);
-    prio[k] = m ? m->priority : kNone;
-    merged[k] = m ? m->merged : 0;
+  alignas(16) int32_t prio[kSmallPiece + 4];  // of the pair (k, next[k]); kNoPair when none
+  uint32_t ids[kSmallPiece], merged[kSmallPiece];
+  uint8_t next[kSmallPiece], prev[kSmallPiece];
+  auto set_pair = [&](size_t k, Merge m) {
+    prio[k] = m.priority == kNoMerge ? kNoPair : int32_t(m.priority);
+    merged[k] = m.merged;
   };
-  for (size_t k = 0; k < n; ++k) ids[k] = byte_ids_[p[k]];
-  for (size_t k = 0; k + 1 < n; ++k) pair_at(k);
-  while (n > 1) {
-    size_t best = 0;
-    for (size_t k = 1; k + 1 < n; ++k)
-      if (prio[k] < prio[best]) best = k;
-    if (prio[best] == kNone) break;
-    ids[best] = merged[best];
-    for (size_t k = best + 1; k + 1 < n; ++k) {
-      ids[k] = ids[k + 1];
-      prio[k] = prio[k + 1];
-      merged[k] = merged[k + 1];
-    }
-    --n;
-    if (best + 1 < n) pair_at(best);
-    if (best > 0) pair_at(best - 1);
+  const size_t lanes = (n + 3) & ~size_t(3);
+  for (size_t k = 0; k < n; ++k) {
+    ids[k] = byte_ids_[p[k]];
+    next[k] = uint8_t(k + 1);
+    prev[k] = uint8_t(k - 1);
   }
-  std::memcpy(w, ids, n * sizeof(uint32_t));
-  return w + n;
+  for (size_t k = 0; k + 1 < n; ++k) set_pair(k, byte_merge(p[k], p[k + 1]));
+  for (size_t k = n - 1; k < lanes; ++k) prio[k] = kNoPair;
+  for (;;) {
+    const size_t best = first_minimum(prio, lanes);
+    if (prio[best] == kNoPair) break;
+    const size_t gone = next[best], after = next[gone];
+    ids[best] = merged[best];
+    prio[gone] = kNoPair;
+    next[best] = uint8_t(after);
+    if (after < n) {
+      prev[after] = uint8_t(best);
+      set_pair(best, merges_.find(ids[best], ids[after]));
+    } else {
+      prio[best] = kNoPair;
+    }
+    if (best > 0) set_pair(prev[best], merges_.find(ids[prev[best]], ids[best]));
+  }
+  for (size_t k = 0; k < n; k = next[k]) *w++ = ids[k];
+  return w;
 }
 
 uint32_t* BytePairModel::merge_heap(const uint8_t* p, size_t n, uint32_t* w) const {
@@ -205,8 +239,8 @@ uint32_t* BytePairModel::merge_heap(const uint8_t* p, size_t n, uint32_t* w) con
   std::priority_queue<uint64_t, std::vector<uint64_t>, std::greater<uint64_t>> heap;
   auto push = [&](int64_t left) {
     if (left < 0 || nodes[left].next < 0) return;
-    if (const Merge* m = merges_.find(nodes[left].id, nodes[nodes[left].next].id))
-      heap.push((uint64_t(m->priority) << 32) | uint64_t(left));
+    const Merge m = merges_.find(nodes[left].id, nodes[nodes[left].next].id);
+    if (m.priority != kNoMerge) heap.push((uint64_t(m.priority) << 32) | uint64_t(left));
   };
   for (size_t k = 0; k + 1 < n; ++k) push(int64_t(k));
   while (!heap.empty()) {
@@ -215,10 +249,10 @@ uint32_t* BytePairModel::merge_heap(const uint8_t* p, size_t n, uint32_t* w) con
     int64_t left = int64_t(top & 0xFFFFFFFFu);
     Node& a = nodes[left];
     if (a.id == kNone || a.next < 0) continue;
-    const Merge* m = merges_.find(a.id, nodes[a.next].id);
-    if (!m || m->priority != uint32_t(top >> 32)) continue;  // stale: a neighbour changed
+    const Merge m = merges_.find(a.id, nodes[a.next].id);
+    if (m.priority != uint32_t(top >> 32)) continue;  // stale: a neighbour changed
     Node& b = nodes[a.next];
-    a.id = m->merged;
+    a.id = m.merged;
     a.next = b.next;
     b.id = kNone;
     if (a.next >= 0) nodes[a.next].prev = left;

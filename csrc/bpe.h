@@ -51,23 +51,41 @@ class TokenIndex {
 };
 
 struct Merge {
-  uint32_t priority;
+  uint32_t priority;  // kNoMerge when the pair does not merge
   uint32_t merged;
 };
+constexpr uint32_t kNoMerge = UINT32_MAX;
 
+// (left id, right id) -> Merge in one 8-byte slot: both ids (20 bits each) above the priority
+// (24 bits), so the table is half the bytes of a {pair, Merge} slot and sized by the pairs it
+// holds -- cold merging probes it several times per byte and it should stay in L2. The merged
+// id is the priority itself (tiktoken ranks) or looked up by priority (Hugging Face merges,
+// whose priority is the merge's index).
 class MergeTable {
  public:
-  void reserve(size_t n);
-  void insert(uint32_t left, uint32_t right, Merge m);  // keeps the first insert of a pair
-  const Merge* find(uint32_t left, uint32_t right) const;
+  static constexpr uint32_t kMaxId = 1u << 20, kMaxPriority = (1u << 24) - 1;
+
+  void insert(uint32_t left, uint32_t right, Merge m);  // a later insert of a pair wins
+  void shrink_to_fit();                                 // once, after the last insert
+  Merge find(uint32_t left, uint32_t right) const {
+    const uint64_t key = pair_key(left, right);
+    for (uint64_t i = slot_of(key);; i = (i + 1) & mask_) {
+      const uint64_t s = slots_[i];
+      if ((s >> 24) == key) {
+        const uint32_t priority = uint32_t(s & kMaxPriority);
+        return Merge{priority, merged_.empty() ? priority : merged_[priority]};
+      }
+      if (!s) return Merge{kNoMerge, 0};
+    }
+  }
 
  private:
-  void grow();
-  struct Slot {
-    uint64_t key;  // (left << 32 | right) + 1, 0 = empty
-    Merge merge;
-  };
-  std::vector<Slot> slots_;
+  // +1 so that no occupied slot is 0 (the empty mark).
+  static uint64_t pair_key(uint32_t left, uint32_t right) { return ((uint64_t(left) << 20) | right) + 1; }
+  uint64_t slot_of(uint64_t key) const { return ((key * 0x9E3779B97F4A7C15ull) >> 20) & mask_; }
+  void rehash(size_t slots);
+  std::vector<uint64_t> slots_;  // key << 24 | priority, 0 = empty
+  std::vector<uint32_t> merged_;  // priority -> merged id when they differ, else empty
   size_t size_ = 0;
   uint64_t mask_ = 0;
 };
@@ -83,7 +101,7 @@ class BytePairModel {
   int64_t whole(const uint8_t* p, size_t n, uint64_t h) const;
   bool whole_piece_first() const { return whole_piece_first_; }
   // Writes the merged ids of one piece (at most n) at w and returns the end (no whole-piece
-  // shortcut, no cache).
+  // shortcut, no piece cache).
   uint32_t* merge(const uint8_t* p, size_t n, uint32_t* w) const;
   size_t num_tokens() const { return offsets_.size() - 1; }
   bool has(uint32_t id) const { return id + 1 < offsets_.size() && offsets_[id + 1] > offsets_[id]; }
@@ -93,10 +111,13 @@ class BytePairModel {
 
  private:
   void derive_merges_from_ranks();
+  void insert_merges(const std::vector<std::pair<uint32_t, uint32_t>>& merges);
   uint32_t find(const uint8_t* p, size_t n, uint64_t h) const {
     return index_.find(p, n, h, offsets_.data(), arena_.data());
   }
   uint32_t* merge_small(const uint8_t* p, size_t n, uint32_t* w) const;
+  // The merge of two single-byte tokens, from a dense table: every merge starts with these.
+  Merge byte_merge(uint8_t a, uint8_t b) const { return byte_merges_[a << 8 | b]; }
   uint32_t* merge_heap(const uint8_t* p, size_t n, uint32_t* w) const;
 
   std::string arena_;
@@ -104,6 +125,7 @@ class BytePairModel {
   TokenIndex index_;
   MergeTable merges_;
   uint32_t byte_ids_[256];
+  std::vector<Merge> byte_merges_;  // [first byte << 8 | second byte]
   bool whole_piece_first_;
 };
 

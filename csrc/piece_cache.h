@@ -17,35 +17,51 @@ namespace zllm {
 
 class HotPieces {
  public:
-  static constexpr size_t kMaxBytes = 16, kMaxTokens = 10, kSlots = size_t(1) << 14;
+  static constexpr int kSlotBits = 14;
+  static constexpr size_t kMaxBytes = 16, kMaxTokens = 10, kSlots = size_t(1) << kSlotBits;
 
   HotPieces() : slots_(kSlots) {}
 
   struct Key {
     uint64_t lo, hi;
     uint32_t len;
+    uint32_t slot;
   };
   // The first n <= kMaxBytes bytes at p, zero-padded; `readable` bytes from p may be read. With
   // 16 of them (all but a text's last piece) the key is two whole loads masked to n bytes: the
   // same value as load_prefix gives, without its branches on the piece length, which
   // mispredict every few pieces.
   static Key key(const uint8_t* p, size_t n, size_t readable) {
-    if (readable < 16) return Key{load_prefix(p, n < 8 ? n : 8), n > 8 ? load_prefix(p + 8, n - 8) : 0, uint32_t(n)};
     uint64_t lo, hi;
-    std::memcpy(&lo, p, 8);
-    std::memcpy(&hi, p + 8, 8);
-    return Key{lo & kLowBytes[n < 8 ? n : 8], hi & kLowBytes[n > 8 ? n - 8 : 0], uint32_t(n)};
+    if (readable < 16) {
+      lo = load_prefix(p, n < 8 ? n : 8);
+      hi = n > 8 ? load_prefix(p + 8, n - 8) : 0;
+    } else {
+      std::memcpy(&lo, p, 8);
+      std::memcpy(&hi, p + 8, 8);
+      lo &= kLowBytes[n < 8 ? n : 8];
+      hi &= kLowBytes[n > 8 ? n - 8 : 0];
+    }
+    return Key{lo, hi, uint32_t(n), index(lo, hi, n)};
   }
-  // On a hit, writes the piece's ids at w, advances w and returns true.
+  // Keys are made a batch ahead of their lookups and their slots prefetched, so a lookup
+  // rarely waits for memory.
+  void prefetch(const Key& k) const { __builtin_prefetch(&slots_[k.slot]); }
+  // On a hit, writes the piece's ids at w, advances w and returns true. Writes up to
+  // kCopyAhead ids at w even when the piece has fewer (the caller leaves that much room), so
+  // the common short copy has no branch on the piece's token count.
+  static constexpr size_t kCopyAhead = 4;
   bool find(const Key& k, uint32_t*& w) const {
-    const Slot& s = slots_[index(k)];
-    if (s.len != k.len || s.lo != k.lo || s.hi != k.hi) return false;
-    for (uint32_t j = 0; j < s.ntok; ++j) *w++ = s.ids[j];
+    const Slot& s = slots_[k.slot];
+    if ((s.lo ^ k.lo) | (s.hi ^ k.hi) | (s.len ^ k.len)) return false;  // one branch, not three
+    std::memcpy(w, s.ids, kCopyAhead * sizeof(uint32_t));
+    if (s.ntok > kCopyAhead) std::memcpy(w + kCopyAhead, s.ids + kCopyAhead, (s.ntok - kCopyAhead) * sizeof(uint32_t));
+    w += s.ntok;
     return true;
   }
   void insert(const Key& k, const uint32_t* ids, size_t m) {
     if (m > kMaxTokens) return;
-    Slot& s = slots_[index(k)];
+    Slot& s = slots_[k.slot];
     s.lo = k.lo;
     s.hi = k.hi;
     s.len = k.len;
@@ -56,9 +72,8 @@ class HotPieces {
  private:
   static constexpr uint64_t kLowBytes[9] = {0, 0xFF, 0xFFFF, 0xFFFFFF, 0xFFFFFFFF, 0xFFFFFFFFFF,
                                             0xFFFFFFFFFFFF, 0xFFFFFFFFFFFFFF, ~uint64_t(0)};
-  static size_t index(const Key& k) {
-    uint64_t h = (k.lo * 0x9E3779B97F4A7C15ull) ^ (k.hi * 0xC2B2AE3D27D4EB4Full) ^ k.len;
-    return (h ^ (h >> 29) ^ (h >> 47)) & (kSlots - 1);
+  static uint32_t index(uint64_t lo, uint64_t hi, size_t n) {  // the top bits of two products
+    return uint32_t((((lo ^ n) * 0x9E3779B97F4A7C15ull) ^ (hi * 0xC2B2AE3D27D4EB4Full)) >> (64 - kSlotBits));
   }
   struct alignas(64) Slot {
     uint64_t lo = 0, hi = 0;

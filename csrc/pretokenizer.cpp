@@ -3,7 +3,8 @@
 // fixed by runs of character classes, so no backtracking over text is ever needed.
 #include "pretokenizer.h"
 
-#include <emmintrin.h>  // SSE2: part of every x86-64 target, so no dispatch is needed
+#include "ascii_block.h"
+#include "ascii_classes.h"
 
 namespace zllm {
 namespace {
@@ -50,15 +51,6 @@ inline int utf8_len(uint8_t lead) { return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : l
 
 inline uint8_t ascii_lower(uint8_t c) { return (c >= 'A' && c <= 'Z') ? c | 0x20 : c; }
 
-// Bit k set where p[k] (k < 16) lies in [lo, hi]. Signed byte compares are exact here since
-// lo >= 0: bytes >= 0x80 read as negative and never match.
-inline uint32_t range_mask(__m128i b, char lo, char hi) {
-  __m128i in = _mm_and_si128(_mm_cmpgt_epi8(b, _mm_set1_epi8(char(lo - 1))),
-                             _mm_cmplt_epi8(b, _mm_set1_epi8(char(hi + 1))));
-  return uint32_t(_mm_movemask_epi8(in));
-}
-inline uint32_t byte_mask(__m128i b, char c) { return uint32_t(_mm_movemask_epi8(_mm_cmpeq_epi8(b, _mm_set1_epi8(c)))); }
-
 // Bit k set where p[k] (k < 16) is an ASCII character whose class is in `set`, the same
 // predicate as ascii_bits()[p[k]] & set. The ASCII classes are fixed by Unicode (see
 // unicode_classes.inc): Lu = A-Z, Ll = a-z, Num = 0-9, Space = TAB VT FF and ' ', CR, LF, and
@@ -66,11 +58,8 @@ inline uint32_t byte_mask(__m128i b, char c) { return uint32_t(_mm_movemask_epi8
 // costs one predictable branch instead of a loop exit that mispredicts once per piece. `set`
 // is a constant at every call site, so the unused classes fold away.
 inline uint32_t class_mask(const uint8_t* p, uint32_t set) {
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const uint32_t letter = range_mask(_mm_or_si128(b, _mm_set1_epi8(0x20)), 'a', 'z');  // folds case
-  const uint32_t upper = range_mask(b, 'A', 'Z'), digit = range_mask(b, '0', '9');
-  const uint32_t blank = range_mask(b, '\t', '\r') | byte_mask(b, ' ');  // \s, CR and LF included
-  const uint32_t newline = byte_mask(b, '\r') | byte_mask(b, '\n');
+  const AsciiMasks16 c(p);
+  const uint32_t letter = c.letter, upper = c.upper, digit = c.digit, blank = c.blank, newline = c.newline;
   uint32_t m = 0;
   if ((set & (bit(kLu) | bit(kLl))) == (bit(kLu) | bit(kLl))) {
     m |= letter;
@@ -83,10 +72,10 @@ inline uint32_t class_mask(const uint8_t* p, uint32_t set) {
     m |= blank;
   } else {
     if (set & bit(kSpace)) m |= blank & ~newline;
-    if (set & bit(kCR)) m |= byte_mask(b, '\r');
-    if (set & bit(kLF)) m |= byte_mask(b, '\n');
+    if (set & bit(kCR)) m |= newline & ~c.line_feed;
+    if (set & bit(kLF)) m |= c.line_feed;
   }
-  if (set & bit(kOther)) m |= ~(uint32_t(_mm_movemask_epi8(b)) | letter | digit | blank) & 0xFFFF;
+  if (set & bit(kOther)) m |= c.other();
   return m;
 }
 
@@ -297,17 +286,30 @@ class Scanner {
 CharClass char_class(uint32_t cp) { return cp < 0x110000 ? CharClass(class_table()[cp]) : kOther; }
 
 void pretokenize(const Grammar& g, const uint8_t* s, size_t n, std::vector<uint32_t>& ends) {
-  Scanner scanner(g, s, n);
-  for (size_t i = 0; i < n;) {
-    i = scanner.piece_end(i);
-    ends.push_back(uint32_t(i));
-  }
+  uint32_t chunk[256];
+  size_t pos = 0;
+  while (size_t k = next_pieces(g, s, n, &pos, chunk, 256)) ends.insert(ends.end(), chunk, chunk + k);
 }
 
+// Windows of ASCII text go through the block rules, everything else (and a window whose
+// first piece is longer than it) through the scanner, one piece at a time.
 size_t next_pieces(const Grammar& g, const uint8_t* s, size_t n, size_t* pos, uint32_t* ends, size_t cap) {
   Scanner scanner(g, s, n);
-  size_t k = 0, i = *pos;
-  for (; k < cap && i < n; ++k) ends[k] = uint32_t(i = scanner.piece_end(i));
+  const AsciiBlockRules rules = AsciiBlockRules::of(g);
+  size_t k = 0, i = *pos, scalar_until = rules.kind == AsciiBlockRules::kNone ? n : 0;
+  while (k < cap && i < n) {
+    if (i >= scalar_until && i + 64 <= n && k + 64 <= cap) {
+      const AsciiBlock block = ascii_block(rules, s, i);
+      uint64_t starts = block.starts & ((uint64_t(2) << block.decided) - 1) & ~uint64_t(1);
+      if (starts) {
+        for (; starts; starts &= starts - 1) ends[k++] = uint32_t(i + __builtin_ctzll(starts));
+        i = ends[k - 1];
+        continue;
+      }
+      scalar_until = i + block.ascii + 1;  // past the non-ASCII byte that stopped the window
+    }
+    ends[k++] = uint32_t(i = scanner.piece_end(i));
+  }
   *pos = i;
   return k;
 }

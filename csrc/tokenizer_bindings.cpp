@@ -1,10 +1,12 @@
 // Python bindings of the native tokenizer. Encoding runs with the GIL released (the str's
 // UTF-8 buffer stays alive with the argument), batches on std::threads.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
 
 #include "tokenizer_core.h"
@@ -56,6 +58,14 @@ py::list to_list(const Tokens& tokens) {
   return py::reinterpret_steal<py::list>(list);
 }
 
+// The ids as one uint32 array: no Python object per token, for callers that hand ids to
+// numpy or torch (tiktoken's encode_to_numpy; gigatoken returns its ids this way too).
+py::array_t<uint32_t> to_array(const Tokens& tokens) {
+  py::array_t<uint32_t> out(tokens.size);
+  std::memcpy(out.mutable_data(), tokens.ids.get(), tokens.size * sizeof(uint32_t));
+  return out;
+}
+
 [[noreturn]] void raise_disallowed(const TokenizerCore& core, long k) {
   throw py::value_error("Encountered text corresponding to disallowed special token " +
                         py::repr(py::str(core.specials()[size_t(k)].bytes)).cast<std::string>() +
@@ -75,9 +85,17 @@ class CacheLease {
   std::unique_ptr<PieceCache> cache_;
 };
 
-Tokens encode_one(TokenizerCore& core, const py::str& text, const SpecialPolicy& policy) {
+// Encodes text and returns convert(tokens). The output buffer is the thread's, kept between
+// encodes (a fresh one would page-fault on the writes of every large text); it is taken out
+// for the call, so a nested encode on this thread (Python code run by the conversion, such as
+// a garbage collection's finalizers) finds none and allocates its own.
+template <class Convert>
+auto encode_one(TokenizerCore& core, const py::str& text, const SpecialPolicy& policy, Convert convert) {
+  constexpr size_t kKeepTokens = size_t(1) << 24;
+  thread_local Tokens kept;
+  Tokens out = std::move(kept);
+  kept = Tokens{};
   Text t = utf8_of(text);
-  Tokens out;
   long bad;
   {
     py::gil_scoped_release nogil;
@@ -85,7 +103,9 @@ Tokens encode_one(TokenizerCore& core, const py::str& text, const SpecialPolicy&
     bad = core.encode(t.data, t.size, policy, *cache, out);
   }
   if (bad >= 0) raise_disallowed(core, bad);
-  return out;
+  auto result = convert(out);
+  if (out.capacity <= kKeepTokens) kept = std::move(out);
+  return result;
 }
 
 py::list encode_batch(TokenizerCore& core, const py::list& texts, const SpecialPolicy& policy, int threads) {
@@ -189,8 +209,11 @@ void register_tokenizer(py::module_& m) {
         for (const Special& s : c.specials()) ids.push_back(s.id);
         return ids;
       }, "Special ids in the order SpecialPolicy vectors are indexed.")
-      .def("encode", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return to_list(encode_one(c, t, p)); })
-      .def("count", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return encode_one(c, t, p).size; })
+      .def("encode", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return encode_one(c, t, p, to_list); })
+      .def("encode_array", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return encode_one(c, t, p, to_array); })
+      .def("count", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) {
+        return encode_one(c, t, p, [](const Tokens& tokens) { return tokens.size; });
+      })
       .def("encode_batch", &encode_batch, py::arg("texts"), py::arg("policy"), py::arg("threads"))
       .def("decode_bytes", &decode_bytes)
       .def("split", &split_pieces, "Pre-tokenizer pieces of ordinary text (no special splitting).");

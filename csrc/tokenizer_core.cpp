@@ -42,7 +42,12 @@ size_t TokenizerCore::find_special(const uint8_t* s, size_t n, size_t from, size
 
 long TokenizerCore::encode(const uint8_t* s, size_t n, const SpecialPolicy& policy, PieceCache& cache,
                            Tokens& out) const {
-  out.ids.reset(new uint32_t[n + 1]);  // a token covers at least one byte, a special too
+  // A token covers at least one byte, a special too; the hot cache's copies write ahead.
+  const size_t capacity = n + 1 + HotPieces::kCopyAhead;
+  if (out.capacity < capacity) {
+    out.ids.reset(new uint32_t[capacity]);
+    out.capacity = capacity;
+  }
   uint32_t* w = out.ids.get();
   size_t start = 0, from = 0, k = 0;
   while (policy.any) {
@@ -84,49 +89,68 @@ void TokenizerCore::split(const uint8_t* s, size_t n, std::vector<uint32_t>& end
 
 uint32_t* TokenizerCore::encode_ordinary(const uint8_t* s, size_t n, PieceCache& cache, uint32_t* w) const {
   if (grammars_.size() == 1) {  // the common shape: stream pieces through a small buffer
-    uint32_t ends[256];
+    uint32_t ends[kBatch];
     size_t pos = 0, begin = 0;
-    while (size_t k = next_pieces(grammars_[0], s, n, &pos, ends, 256)) {
-      for (size_t j = 0; j < k; ++j) {
-        w = encode_piece(s + begin, ends[j] - begin, n - begin, cache, w);
-        begin = ends[j];
-      }
+    while (size_t k = next_pieces(grammars_[0], s, n, &pos, ends, kBatch)) {
+      w = encode_pieces(s, n, begin, ends, k, cache, w);
+      begin = ends[k - 1];
     }
     return w;
   }
   thread_local std::vector<uint32_t> ends;
   ends.clear();
   split(s, n, ends);
-  uint32_t begin = 0;
-  for (uint32_t end : ends) {
-    w = encode_piece(s + begin, end - begin, n - begin, cache, w);
-    begin = end;
+  for (size_t j = 0; j < ends.size(); j += kBatch)
+    w = encode_pieces(s, n, j ? ends[j - 1] : 0, ends.data() + j, std::min(kBatch, ends.size() - j), cache, w);
+  return w;
+}
+
+// Two passes over a batch of pieces: the hot cache's keys first, with their slots prefetched,
+// then the lookups, which by then mostly find their slot in L1.
+uint32_t* TokenizerCore::encode_pieces(const uint8_t* s, size_t n, size_t begin, const uint32_t* ends, size_t k,
+                                       PieceCache& cache, uint32_t* w) const {
+  HotPieces::Key keys[kBatch];
+  for (size_t j = 0, b = begin; j < k; b = ends[j++]) {
+    const size_t len = ends[j] - b;
+    if (len > HotPieces::kMaxBytes) continue;
+    keys[j] = HotPieces::key(s + b, len, n - b);
+    cache.hot.prefetch(keys[j]);
+  }
+  for (size_t j = 0, b = begin; j < k; b = ends[j++]) {
+    const uint8_t* p = s + b;
+    const size_t len = ends[j] - b;
+    if (len > HotPieces::kMaxBytes) {
+      w = encode_cold_piece(p, len, cache, w);
+    } else if (!cache.hot.find(keys[j], w)) {
+      uint32_t* end = encode_cold_piece(p, len, cache, w);
+      cache.hot.insert(keys[j], w, size_t(end - w));
+      w = end;
+    }
   }
   return w;
 }
 
-uint32_t* TokenizerCore::encode_piece(const uint8_t* p, size_t n, size_t readable, PieceCache& cache,
-                                      uint32_t* w) const {
-  if (n > HotPieces::kMaxBytes) return encode_cold_piece(p, n, cache, w);
-  const HotPieces::Key key = HotPieces::key(p, n, readable);
-  if (cache.hot.find(key, w)) return w;
-  uint32_t* end = encode_cold_piece(p, n, cache, w);
-  cache.hot.insert(key, w, size_t(end - w));
-  return end;
-}
-
+// A short piece that is one token needs one vocabulary probe and lives in the hot cache, so
+// the piece cache keeps only merged pieces and long ones; it is asked before the vocabulary
+// for long pieces, which repeat (and often miss the vocabulary) without a hot-cache entry.
 uint32_t* TokenizerCore::encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const {
   if (n == 1) return model_.merge(p, n, w);
-  uint64_t h = hash_bytes(p, n);
-  if (model_.whole_piece_first()) {
-    int64_t id = model_.whole(p, n, h);
+  const uint64_t h = hash_bytes(p, n);
+  const bool whole_first = model_.whole_piece_first(), is_short = n <= HotPieces::kMaxBytes;
+  if (whole_first && is_short) {
+    const int64_t id = model_.whole(p, n, h);
     if (id >= 0) {
       *w = uint32_t(id);
       return w + 1;
     }
   }
   if (cache.find(p, n, h, w)) return w;
-  uint32_t* end = model_.merge(p, n, w);
+  uint32_t* end = w;
+  if (whole_first && !is_short) {
+    const int64_t id = model_.whole(p, n, h);
+    if (id >= 0) *end++ = uint32_t(id);
+  }
+  if (end == w) end = model_.merge(p, n, w);
   cache.insert(p, n, h, w, size_t(end - w));
   return end;
 }

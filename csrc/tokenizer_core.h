@@ -21,10 +21,12 @@ struct SpecialPolicy {
   bool any = false;                          // some special is allowed or disallowed
 };
 
-// Token ids of one text; allocated for the worst case (one token per byte) without zeroing.
+// Token ids of one text; allocated for the worst case (one token per byte) without zeroing,
+// and reused by the next encode into the same Tokens when it is large enough.
 struct Tokens {
   std::unique_ptr<uint32_t[]> ids;
   size_t size = 0;
+  size_t capacity = 0;
 };
 
 struct Special {
@@ -52,8 +54,10 @@ class TokenizerCore {
   size_t find_special(const uint8_t* s, size_t n, size_t from, size_t* index) const;
   // Each writes the ids of its text at w (at most one per byte) and returns the end.
   uint32_t* encode_ordinary(const uint8_t* s, size_t n, PieceCache& cache, uint32_t* w) const;
-  // `readable`: bytes that may be read from p (at least n), for the hot cache's key.
-  uint32_t* encode_piece(const uint8_t* p, size_t n, size_t readable, PieceCache& cache, uint32_t* w) const;
+  static constexpr size_t kBatch = 256;  // pieces per batch of cache lookups
+  // The pieces of s[begin, ends[0]), [ends[0], ends[1]), ... [ends[k - 2], ends[k - 1]).
+  uint32_t* encode_pieces(const uint8_t* s, size_t n, size_t begin, const uint32_t* ends, size_t k,
+                          PieceCache& cache, uint32_t* w) const;
   uint32_t* encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const;
 
   BytePairModel model_;

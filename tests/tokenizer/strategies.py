@@ -26,3 +26,18 @@ fragments = st.one_of(
     st.text(st.sampled_from("aA1 \n\t'.é\u0301"), max_size=10),
 )
 mixed_text = st.lists(fragments, max_size=30).map("".join)
+
+# Long mostly-ASCII text (code-like), so that whole 64-byte windows take the block rules:
+# every ASCII class, runs of each across window edges, contractions in both cases, and a rare
+# non-ASCII character (a Unicode space, letter or dash) that stops a window.
+ASCII_FRAGMENTS = ("foo", "Bar", "x", "ALLCAPS", "camelCase", "HTTPServer", "0", "12", "1234567", "(", ")", "()",
+                   "{}", "=", ":", "->", "//", "...", "#", "\"", "'", "''", "_", "-", "    ", "        ", "\t", "\n",
+                   "\n\n", "\r\n", "\r", " \n", "  \n ", "\t\n", "\x0b", "\x0c", " \r\n  ", "\n \n", ".\n",
+                   ".\n\n  ", "(\r\n", ".\n/", "(\n//x", "\x00", "\x1f", "\x7f", "é", "\u3000", "\xa0", "—")
+ascii_text = st.lists(
+    st.one_of(
+        st.sampled_from(ASCII_FRAGMENTS + SPACES[:17] + CONTRACTIONS),
+        st.text(st.sampled_from("aA1 \n\r\t'.(/sdmtlvrSDMTLVRE"), max_size=12),
+    ),
+    min_size=8, max_size=120,
+).map("".join)

@@ -7,6 +7,7 @@ import re
 import shutil
 import time
 
+import numpy as np
 import pytest
 
 from tests.tokenizer.conftest import report
@@ -83,6 +84,8 @@ def test_count_and_batch_agree_with_encode(qwen):
     assert qwen.encode_batch(texts, allowed_special="all", num_threads=3) == \
         [qwen.encode(t, allowed_special="all") for t in texts]
     assert all(qwen.count(t, allowed_special="all") == len(qwen.encode(t, allowed_special="all")) for t in texts)
+    arrays = [qwen.encode_to_numpy(t, allowed_special="all") for t in texts]
+    assert all(a.dtype == np.uint32 and a.tolist() == qwen.encode(t, allowed_special="all") for a, t in zip(arrays, texts))
 
 
 def test_batch_raises_on_disallowed_special(qwen):

@@ -1,12 +1,14 @@
 """The class rules alone (no BPE) reproduce the reference regex's pieces exactly."""
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given, settings
 
 from tests.tokenizer.conftest import report
 from tests.tokenizer.references import regex_pieces
-from tests.tokenizer.strategies import mixed_text
+from tests.tokenizer.strategies import ASCII_FRAGMENTS, CONTRACTIONS, ascii_text, mixed_text
 from zllm_core import _native
 from zllm_core.tokenizer.rules import CL100K_PATTERN, ONIG_PATTERNS, PATTERNS, Rules
 from zllm_core.tokenizer.tokenizer import Tokenizer
@@ -38,16 +40,26 @@ def test_rules_reproduce_regex_pieces_on_corpora(pattern, rules, reference, docu
     report(capsys, f"{rules.name} rules: {chars:,} characters, {pieces:,} pieces identical to the regex")
 
 
+@pytest.mark.parametrize("texts", [mixed_text, ascii_text], ids=["mixed", "ascii"])
 @pytest.mark.parametrize(("pattern", "rules", "reference"), CASES, ids=IDS)
-def test_rules_reproduce_regex_pieces_on_mixed_text(pattern, rules, reference):
+def test_rules_reproduce_regex_pieces_on_generated_text(pattern, rules, reference, texts):
+    """Mixed scripts take the scanner; long ASCII stretches the native block rules (64-byte windows)."""
     tok = splitter(rules)
 
     @settings(max_examples=300, deadline=None, database=None)
-    @given(mixed_text)
+    @given(texts)
     def check(text):
         assert tok.pieces(text) == regex_pieces(reference, text)
 
     check()
+
+
+@pytest.mark.parametrize(("pattern", "rules", "reference"), CASES, ids=IDS)
+def test_rules_reproduce_regex_pieces_on_long_ascii_text(pattern, rules, reference):
+    """Every pair of ASCII fragments, many times over, inside 64-byte windows of the block rules."""
+    rng = random.Random(0)
+    text = "".join(rng.choice(ASCII_FRAGMENTS + CONTRACTIONS) for _ in range(40_000))
+    assert splitter(rules).pieces(text) == regex_pieces(reference, text)
 
 
 def test_every_supported_family_is_exact():

@@ -1,0 +1,41 @@
+// Piece starts of a 64-byte ASCII window, decided for all 64 positions at once from class
+// bitmasks: the same rules as the sequential scanner (pretokenizer.cpp), written as
+// predicates on a position's class, its one or two predecessors' classes and run-level facts
+// inside the window (where a whitespace run ends, whether a newline follows in it, which
+// newlines a punctuation run absorbs). The per-piece branches of the scanner become a few
+// dozen mask operations per window and one predictable loop over the set bits.
+//
+// Covered: the space-prefixed rules (r50k), the any-prefixed ones with `[\r\n]*` after
+// punctuation and the newline rule (cl100k, Llama 3, Qwen2) and o200k's case-aware letters
+// with suffixed contractions. The digit splitter stays on the scanner, as do windows with
+// non-ASCII bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "pretokenizer.h"
+
+namespace zllm {
+
+struct AsciiBlockRules {
+  enum Kind : uint8_t { kNone, kSpacePrefixed, kAnyPrefixed, kCased };
+  Kind kind = kNone;
+  uint8_t digit_group = 0;  // as Grammar::digit_group
+  bool slash = false;       // as Grammar::punct_slash
+
+  static AsciiBlockRules of(const Grammar& g);
+};
+
+struct AsciiBlock {
+  uint64_t starts;  // bit k: a piece starts at pos + k (bit 0, pos itself, is always set)
+  unsigned decided;  // starts are exact for offsets 1..decided; 0: the window is not eligible
+  unsigned ascii;    // the window's leading ASCII bytes
+};
+
+// The window at s[pos, pos + 64), which must be readable; pos is a piece start (so no rule
+// needs the byte before it). Not eligible (decided 0) when the window's first bytes are not
+// ASCII.
+AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos);
+
+}  // namespace zllm
