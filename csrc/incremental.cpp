@@ -1,6 +1,7 @@
-// Native steps of incremental tokenization (zllm_core/tokenizer/incremental.py): where two
-// texts diverge, which positions are stable piece boundaries, encoding a tail with token end
-// offsets, and chained checkpoint hashes for finding a session by text prefix.
+// Native steps of incremental tokenization (zllm_core/tokenizer/incremental.py): the repair
+// (which positions are stable piece boundaries, re-encoding from one with token end offsets,
+// the old/new agreement check), and chained checkpoint hashes for finding a session by text
+// prefix. Where two texts diverge is SessionText's job (session_text.h).
 //
 // Stable boundary (the proof; rules in zllm_core/tokenizer/rules.py, scanner in pretokenizer.cpp).
 // The scanner decides the piece starting at c by reading only text at c and to its right, so
