@@ -76,6 +76,7 @@ class Session:
 
     @property
     def nbytes(self) -> int:
+        # a checkpoint: its list slot and its int (8 + 28 bytes in CPython)
         return self.text.nbytes + self.tokens.nbytes + 36 * len(self.checkpoints) + 256
 
 
@@ -137,9 +138,7 @@ class SessionStore:
         keep = min(diverged_at // self.stride, len(session.checkpoints))
         if keep == len(session.checkpoints) == len(text) // self.stride:
             return  # most calls: the change lies after the last checkpoint
-        for h in session.checkpoints[keep:]:
-            if self._by_checkpoint.get((session.scope, h)) is session:
-                del self._by_checkpoint[(session.scope, h)]
+        self._unindex_checkpoints(session, keep)
         parent = session.checkpoints[keep - 1] if keep else 0
         del session.checkpoints[keep:]
         session.checkpoints += _native.checkpoint_hashes(text, self.stride, keep, parent).tolist()
@@ -164,14 +163,17 @@ class SessionStore:
         for key in session.keys:
             if self._by_key.get((session.scope, key)) is session:
                 del self._by_key[(session.scope, key)]
-        for h in session.checkpoints:
-            if self._by_checkpoint.get((session.scope, h)) is session:
-                del self._by_checkpoint[(session.scope, h)]
+        self._unindex_checkpoints(session, 0)
         self.stats.sessions = len(self._lru)
         return True
 
     def get(self, session_id: int) -> Session | None:
         return self._lru.get(session_id)
+
+    def _unindex_checkpoints(self, session: Session, start: int) -> None:
+        for h in session.checkpoints[start:]:
+            if self._by_checkpoint.get((session.scope, h)) is session:
+                del self._by_checkpoint[(session.scope, h)]
 
     def _index_checkpoints(self, session: Session, start: int) -> None:
         for h in session.checkpoints[start:]:
