@@ -4,8 +4,6 @@
 // which is what tiktoken and Hugging Face do.
 #include "bpe.h"
 
-#include <emmintrin.h>  // SSE2: part of every x86-64 target
-
 #include <cstring>
 #include <functional>
 #include <queue>
@@ -17,24 +15,6 @@ namespace {
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr size_t kSmallPiece = 48;
 constexpr int32_t kNoPair = INT32_MAX;  // merge priorities are below 2^24, so signed compares work
-
-inline __m128i lane_min(__m128i a, __m128i b) {
-  const __m128i lt = _mm_cmplt_epi32(b, a);
-  return _mm_or_si128(_mm_and_si128(lt, b), _mm_andnot_si128(lt, a));
-}
-
-// The position of the first minimum of v[0, lanes), lanes a multiple of 4 (SSE2 has signed
-// 32-bit compares only, hence int32_t priorities).
-inline size_t first_minimum(const int32_t* v, size_t lanes) {
-  __m128i low = _mm_load_si128(reinterpret_cast<const __m128i*>(v));
-  for (size_t k = 4; k < lanes; k += 4) low = lane_min(low, _mm_load_si128(reinterpret_cast<const __m128i*>(v + k)));
-  low = lane_min(low, _mm_shuffle_epi32(low, 0x4E));  // halves swapped
-  low = lane_min(low, _mm_shuffle_epi32(low, 0xB1));  // neighbours swapped: the minimum everywhere
-  for (size_t k = 0;; k += 4) {
-    const __m128i eq = _mm_cmpeq_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(v + k)), low);
-    if (const int hit = _mm_movemask_ps(_mm_castsi128_ps(eq))) return k + size_t(__builtin_ctz(unsigned(hit)));
-  }
-}
 
 inline uint64_t mix(uint64_t h) {
   h ^= h >> 33;
@@ -99,7 +79,7 @@ void MergeTable::rehash(size_t slots) {
 void MergeTable::insert(uint32_t left, uint32_t right, Merge m) {
   if (left >= kMaxId || right >= kMaxId || m.priority > kMaxPriority)
     throw std::invalid_argument("token id or merge priority too large for the merge table");
-  if (2 * (size_ + 1) > slots_.size()) rehash(slots_.empty() ? 1024 : 2 * slots_.size());
+  if (2 * (size_ + 1) > slots_.size()) rehash(2 * slots_.size());
   if (merged_.size() <= m.priority) merged_.resize(m.priority + 1, kNone);
   merged_[m.priority] = m.merged;
   const uint64_t key = pair_key(left, right), slot = (key << 24) | m.priority;
@@ -142,8 +122,12 @@ BytePairModel::BytePairModel(const std::vector<std::string>& tokens,
     derive_merges_from_ranks();
   } else {
     insert_merges(merges);
+    fill_byte_merges();
   }
   merges_.shrink_to_fit();
+}
+
+void BytePairModel::fill_byte_merges() {
   byte_merges_.resize(256 * 256);
   for (int a = 0; a < 256; ++a)
     for (int b = 0; b < 256; ++b) byte_merges_[a << 8 | b] = merges_.find(byte_ids_[a], byte_ids_[b]);
@@ -162,20 +146,37 @@ void BytePairModel::insert_merges(const std::vector<std::pair<uint32_t, uint32_t
   }
 }
 
-// tiktoken merges the adjacent pair whose concatenation has the lowest rank, so every way
-// of splitting a token into two tokens is a merge whose priority is that token's rank.
+// tiktoken merges the adjacent pair whose concatenation has the lowest rank. Inside the span
+// of a token that forms in some text, the merges happen in the same order as when its bytes
+// are encoded alone (a merge across the span's edge would have stopped it forming), so a
+// token forms only from the last pair of encoding its own bytes, and a pair that is not that
+// one is never the lowest when it is adjacent. The table holds just those pairs, one per
+// reachable token: a quarter of all the ways of splitting tokens in two (cl100k), so cold
+// merges probe a table that mostly stays in L2. Encoding a token's bytes needs only merges of
+// shorter tokens, hence the order by length; pairs of bytes come first, for byte_merges_.
 void BytePairModel::derive_merges_from_ranks() {
-  const uint8_t* base = reinterpret_cast<const uint8_t*>(arena_.data());
+  std::vector<std::vector<uint32_t>> by_length;
   for (uint32_t id = 0; id + 1 < offsets_.size(); ++id) {
-    const uint8_t* p = base + offsets_[id];
-    size_t n = offsets_[id + 1] - offsets_[id];
-    for (size_t k = 1; k < n; ++k) {
-      uint32_t l = find(p, k, hash_bytes(p, k));
-      if (!l) continue;
-      uint32_t r = find(p + k, n - k, hash_bytes(p + k, n - k));
-      if (r) merges_.insert(l - 1, r - 1, Merge{id, id});
-    }
+    const size_t n = offsets_[id + 1] - offsets_[id];
+    if (n < 2) continue;
+    if (by_length.size() <= n) by_length.resize(n + 1);
+    by_length[n].push_back(id);
   }
+  const uint8_t* base = reinterpret_cast<const uint8_t*>(arena_.data());
+  std::vector<uint32_t> parts;
+  for (size_t n = 2; n < by_length.size(); ++n) {
+    parts.resize(n);
+    for (uint32_t id : by_length[n]) {
+      const uint8_t* p = base + offsets_[id];
+      if (n == 2) {
+        merges_.insert(byte_ids_[p[0]], byte_ids_[p[1]], Merge{id, id});
+      } else if (merge(p, n, parts.data()) == parts.data() + 2) {
+        merges_.insert(parts[0], parts[1], Merge{id, id});
+      }
+    }
+    if (n == 2) fill_byte_merges();
+  }
+  if (byte_merges_.empty()) fill_byte_merges();
 }
 
 int64_t BytePairModel::whole(const uint8_t* p, size_t n, uint64_t h) const {
@@ -191,27 +192,33 @@ uint32_t* BytePairModel::merge(const uint8_t* p, size_t n, uint32_t* w) const {
 }
 
 // Symbols stay at their byte positions, linked by next/prev; a merged-away symbol's pair
-// priority becomes kNoPair, so finding the next merge is a fixed-length SIMD minimum over the
-// piece's positions, and nothing shifts.
+// priority becomes kNoPair, so finding the next merge is a scan of the piece's positions with
+// conditional moves, and nothing shifts. (A SIMD minimum was slower: its vector loads wait
+// for the scalar stores of the previous merge.)
 uint32_t* BytePairModel::merge_small(const uint8_t* p, size_t n, uint32_t* w) const {
-  alignas(16) int32_t prio[kSmallPiece + 4];  // of the pair (k, next[k]); kNoPair when none
+  int32_t prio[kSmallPiece];  // of the pair (k, next[k]); kNoPair when none
   uint32_t ids[kSmallPiece], merged[kSmallPiece];
   uint8_t next[kSmallPiece], prev[kSmallPiece];
   auto set_pair = [&](size_t k, Merge m) {
     prio[k] = m.priority == kNoMerge ? kNoPair : int32_t(m.priority);
     merged[k] = m.merged;
   };
-  const size_t lanes = (n + 3) & ~size_t(3);
   for (size_t k = 0; k < n; ++k) {
     ids[k] = byte_ids_[p[k]];
     next[k] = uint8_t(k + 1);
     prev[k] = uint8_t(k - 1);
   }
   for (size_t k = 0; k + 1 < n; ++k) set_pair(k, byte_merge(p[k], p[k + 1]));
-  for (size_t k = n - 1; k < lanes; ++k) prio[k] = kNoPair;
+  prio[n - 1] = kNoPair;
   for (;;) {
-    const size_t best = first_minimum(prio, lanes);
-    if (prio[best] == kNoPair) break;
+    size_t best = 0;  // the first lowest priority, without a branch per position
+    int32_t low = prio[0];
+    for (size_t k = 1; k + 1 < n; ++k) {
+      const bool lower = prio[k] < low;
+      low = lower ? prio[k] : low;
+      best = lower ? k : best;
+    }
+    if (low == kNoPair) break;
     const size_t gone = next[best], after = next[gone];
     ids[best] = merged[best];
     prio[gone] = kNoPair;

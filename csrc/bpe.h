@@ -65,6 +65,8 @@ class MergeTable {
  public:
   static constexpr uint32_t kMaxId = 1u << 20, kMaxPriority = (1u << 24) - 1;
 
+  MergeTable() { rehash(16); }  // never without slots: finds run while it fills
+
   void insert(uint32_t left, uint32_t right, Merge m);  // a later insert of a pair wins
   void shrink_to_fit();                                 // once, after the last insert
   Merge find(uint32_t left, uint32_t right) const {
@@ -111,6 +113,7 @@ class BytePairModel {
 
  private:
   void derive_merges_from_ranks();
+  void fill_byte_merges();  // from merges_
   void insert_merges(const std::vector<std::pair<uint32_t, uint32_t>>& merges);
   uint32_t find(const uint8_t* p, size_t n, uint64_t h) const {
     return index_.find(p, n, h, offsets_.data(), arena_.data());
