@@ -292,13 +292,18 @@ void pretokenize(const Grammar& g, const uint8_t* s, size_t n, std::vector<uint3
 }
 
 // Windows of ASCII text go through the block rules, everything else (and a window whose
-// first piece is longer than it) through the scanner, one piece at a time.
+// first piece is longer than it) through the scanner, one piece at a time. A window may end
+// up to 64 pieces, so when fewer places are left the call returns early and the next call
+// starts with that window (filling the last places with the scanner put a quarter of all
+// pieces through it).
 size_t next_pieces(const Grammar& g, const uint8_t* s, size_t n, size_t* pos, uint32_t* ends, size_t cap) {
   Scanner scanner(g, s, n);
   const AsciiBlockRules rules = AsciiBlockRules::of(g);
   size_t k = 0, i = *pos, scalar_until = rules.kind == AsciiBlockRules::kNone ? n : 0;
   while (k < cap && i < n) {
-    if (i >= scalar_until && i + 64 <= n && k + 64 <= cap) {
+    const bool window = i >= scalar_until && i + 64 <= n;
+    if (window && k + 64 > cap && k > 0) break;
+    if (window && k + 64 <= cap) {
       const AsciiBlock block = ascii_block(rules, s, i);
       uint64_t starts = block.starts & ((uint64_t(2) << block.decided) - 1) & ~uint64_t(1);
       if (starts) {
