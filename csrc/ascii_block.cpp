@@ -21,9 +21,15 @@
 // - contractions: an apostrophe that starts a piece (prefix kinds), or that follows a letter
 //   piece (o200k's `C?`, once per piece), followed by s, d, m, t, ll, ve or re, makes that piece
 //   or ends it, and the next character starts one.
-// Whitespace runs that may continue past the window's ASCII bytes, and the last bytes whose
-// rules look ahead, are left undecided for the next window or the scanner.
+// Whitespace runs that may continue past the window's covered bytes, and the last bytes whose
+// rules look ahead, are left undecided for the next window or the scanner. In a window with
+// multi-byte characters every byte of a character carries its class, so "the previous byte"
+// is the previous character's last byte and starts are kept at characters' first bytes only;
+// whitespace, digits, apostrophes and newlines are ASCII there, so the rules that look ahead
+// or count bytes see single-byte characters.
 #include "ascii_block.h"
+
+#include <cstring>
 
 #include "ascii_classes.h"
 
@@ -31,7 +37,8 @@ namespace zllm {
 namespace {
 
 struct Masks64 {
-  uint64_t letter = 0, upper = 0, digit = 0, blank = 0, newline = 0, space = 0, apostrophe = 0, slash = 0, high = 0;
+  uint64_t letter = 0, upper = 0, digit = 0, blank = 0, newline = 0, space = 0, apostrophe = 0, slash = 0, high = 0,
+           continuation = 0;  // UTF-8 bytes 0x80-0xBF
 
   explicit Masks64(const uint8_t* p) {
     for (int k = 0; k < 4; ++k) {
@@ -47,6 +54,8 @@ struct Masks64 {
       space |= uint64_t(byte_mask(b, ' ')) << at;
       apostrophe |= uint64_t(byte_mask(b, '\'')) << at;
       slash |= uint64_t(byte_mask(b, '/')) << at;
+      const __m128i below_lead = _mm_cmplt_epi8(b, _mm_set1_epi8(char(0xC0)));  // signed: 0x80-0xBF
+      continuation |= uint64_t(uint32_t(_mm_movemask_epi8(_mm_and_si128(below_lead, b)))) << at;
     }
   }
   uint64_t other() const { return ~(high | letter | digit | blank); }
@@ -91,7 +100,50 @@ inline unsigned contraction_length(const uint8_t* p, bool fold) {
   const uint8_t fold_bit = fold ? 0x20 : 0;  // exact for the letters below: only A-Z map to a-z
   const uint8_t a = p[1] | fold_bit, b = p[2] | fold_bit;
   if (a == 's' || a == 'd' || a == 'm' || a == 't') return 2;
+  if (fold && p[1] == 0xC5 && p[2] == 0xBF) return 3;  // U+017F, long s, folds to s
   return (a == 'l' && b == 'l') || (a == 'v' && b == 'e') || (a == 'r' && b == 'e') ? 3 : 0;
+}
+
+// Bits of x carried through the continuation bytes of their characters: a class found at a
+// character's first byte, spread over all its bytes (at most three follow).
+inline uint64_t over_characters(uint64_t x, uint64_t continuation) {
+  x |= (x << 1) & continuation;
+  x |= (x << 1) & continuation;
+  return x | ((x << 1) & continuation);
+}
+
+// The window's multi-byte characters that the prefix families' rules treat as one class each:
+// letters (\p{L}), and marks, punctuation and symbols (`[^\s\p{L}\p{N}]`), by the bit of
+// their first byte. `valid` ends at the first other one (non-ASCII whitespace or digits, which
+// the scanner takes) or at a character the window cuts.
+struct WideCharacters {
+  uint64_t letter = 0, other = 0;
+  unsigned valid = 64;
+};
+
+WideCharacters wide_characters(const uint8_t* p, uint64_t first_bytes) {
+  uint8_t padded[64 + 3] = {};  // a character's four bytes are read whole
+  std::memcpy(padded, p, 64);
+  const uint8_t* table = char_class_table();
+  WideCharacters w;
+  uint64_t unsupported = 0;
+  for (; first_bytes; first_bytes &= first_bytes - 1) {
+    const unsigned k = unsigned(__builtin_ctzll(first_bytes));
+    uint32_t v;
+    std::memcpy(&v, padded + k, 4);
+    const uint32_t b0 = v & 0xFF, len = 2 + (b0 >= 0xE0) + (b0 >= 0xF0);
+    const uint32_t tail = ((v >> 8 & 0x3F) << 12) | ((v >> 16 & 0x3F) << 6) | (v >> 24 & 0x3F);
+    const uint32_t cp = ((b0 & (0x7Fu >> len)) << (6 * (len - 1))) | (tail >> (6 * (4 - len)));
+    const uint32_t c = uint32_t(1) << table[cp];
+    constexpr uint32_t kLetter = 1u << kLu | 1u << kLl | 1u << kLt | 1u << kLm | 1u << kLo;
+    constexpr uint32_t kOtherClass = 1u << kOther | 1u << kMark;
+    const bool cut = k + len > 64;
+    w.letter |= uint64_t((c & kLetter) != 0) << k;
+    w.other |= uint64_t((c & kOtherClass) != 0) << k;
+    unsupported |= uint64_t(cut || !(c & (kLetter | kOtherClass))) << k;
+  }
+  if (unsupported) w.valid = unsigned(__builtin_ctzll(unsupported));
+  return w;
 }
 
 }  // namespace
@@ -114,16 +166,25 @@ AsciiBlockRules AsciiBlockRules::of(const Grammar& g) {
 }
 
 AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos) {
-  // Most windows of non-Latin text fail here, before the full class masks are computed.
-  const uint32_t head = uint32_t(_mm_movemask_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + pos))));
-  if (head & 0xFF) return AsciiBlock{1, 0, unsigned(__builtin_ctz(head))};
+  const bool wide = rules.kind != AsciiBlockRules::kCased;
+  if (!wide) {  // most windows of non-Latin text fail here, before the full class masks are computed
+    const uint32_t head = uint32_t(_mm_movemask_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + pos))));
+    if (head & 0xFF) return AsciiBlock{1, 0, unsigned(__builtin_ctz(head))};
+  }
   const Masks64 m(s + pos);
-  const unsigned ascii = m.high ? unsigned(__builtin_ctzll(m.high)) : 64;
-  if (ascii < 8) return AsciiBlock{1, 0, ascii};
-  // Rules at k read bytes up to k + 2 (contractions), so they are exact up to ascii - 3.
-  unsigned decided = ascii - 3 < 61 ? ascii - 3 : 61;
-  const uint64_t valid = lowest_bits(ascii);
-  const uint64_t letter = m.letter, digit = m.digit, punct = m.other() & valid, after_space = m.space << 1;
+  unsigned covered = m.high ? unsigned(__builtin_ctzll(m.high)) : 64;  // leading bytes the rules cover
+  uint64_t letter = m.letter, other = m.other();
+  if (wide && m.high) {
+    const WideCharacters w = wide_characters(s + pos, m.high & ~m.continuation);
+    covered = w.valid;
+    letter |= over_characters(w.letter, m.continuation);
+    other = (other & ~m.high) | over_characters(w.other, m.continuation);
+  }
+  if (covered < 8) return AsciiBlock{1, 0, covered};
+  // Rules at k read bytes up to k + 2 (contractions), so they are exact up to covered - 3.
+  unsigned decided = covered - 3 < 61 ? covered - 3 : 61;
+  const uint64_t valid = lowest_bits(covered);
+  const uint64_t digit = m.digit, punct = other & valid, after_space = m.space << 1;
   uint64_t starts = 1, white;
   if (rules.kind == AsciiBlockRules::kSpacePrefixed) {
     white = m.blank;
@@ -136,8 +197,10 @@ AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t po
     white = m.blank & ~absorbed;
     const uint64_t space = white & ~m.newline, newline = white & m.newline;
     const uint64_t newline_later = any_after_in_run(newline, white) >> 1;  // in the run, after k
-    starts |= letter & ((m.newline << 1) | (digit << 1) | (absorbed << 1) |
-                        (after_punct & ((own_punct << 2) | (m.space << 2))));
+    // Whether the character before the previous one ends in punctuation or ' ' (X << 2 when
+    // both are ASCII): carried from the previous character's first byte through its bytes.
+    const uint64_t before_previous = over_characters(((own_punct | m.space) << 1) & ~m.continuation, m.continuation) << 1;
+    starts |= letter & ((m.newline << 1) | (digit << 1) | (absorbed << 1) | (after_punct & before_previous));
     if (rules.kind == AsciiBlockRules::kCased) starts |= m.upper & ((letter & ~m.upper) << 1);
     starts |= digit_starts(digit, rules.digit_group);
     starts |= own_punct & ~after_punct & ~after_space;
@@ -145,7 +208,7 @@ AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t po
     starts |= newline & ~(white << 1);
   }
   // A whitespace run that reaches the last ASCII byte may go on: decided up to its start.
-  if ((white >> (ascii - 1)) & 1) {
+  if ((white >> (covered - 1)) & 1) {
     const uint64_t run_starts = white & ~(white << 1) & valid;
     const unsigned last_run = 63 - unsigned(__builtin_clzll(run_starts | 1));
     if (last_run < decided) decided = last_run;
@@ -167,7 +230,7 @@ AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t po
       after_contraction = end;
     }
   }
-  return AsciiBlock{starts, decided, ascii};
+  return AsciiBlock{starts & ~m.continuation, decided, covered};
 }
 
 }  // namespace zllm

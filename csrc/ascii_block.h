@@ -7,8 +7,12 @@
 //
 // Covered: the space-prefixed rules (r50k), the any-prefixed ones with `[\r\n]*` after
 // punctuation and the newline rule (cl100k, Llama 3, Qwen2) and o200k's case-aware letters
-// with suffixed contractions. The digit splitter stays on the scanner, as do windows with
-// non-ASCII bytes.
+// with suffixed contractions. For the prefix families a window may also hold non-ASCII
+// letters, marks, punctuation and symbols (prose): each such character's class comes from the
+// class table and covers all its bytes, and rules about "the character before the previous
+// one" follow character boundaries. Non-ASCII whitespace and digits end a window (the scanner
+// takes them), as does any non-ASCII byte for o200k, whose letters split by case. The digit
+// splitter stays on the scanner.
 #pragma once
 
 #include <cstddef>
@@ -30,12 +34,12 @@ struct AsciiBlockRules {
 struct AsciiBlock {
   uint64_t starts;  // bit k: a piece starts at pos + k (bit 0, pos itself, is always set)
   unsigned decided;  // starts are exact for offsets 1..decided; 0: the window is not eligible
-  unsigned ascii;    // the window's leading ASCII bytes
+  unsigned valid;    // the window's leading bytes of characters the rules cover
 };
 
 // The window at s[pos, pos + 64), which must be readable; pos is a piece start (so no rule
-// needs the byte before it). Not eligible (decided 0) when the window's first bytes are not
-// ASCII.
+// needs the byte before it). Not eligible (decided 0) when fewer than 8 leading bytes are
+// valid.
 AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos);
 
 }  // namespace zllm

@@ -15,8 +15,10 @@ struct ClassRange {
 };
 #include "unicode_classes.inc"
 
+}  // namespace
+
 // A flat table (1.1 MB) beats a range search on the hot path, and is built once.
-const uint8_t* class_table() {
+const uint8_t* char_class_table() {
   static const std::vector<uint8_t> table = [] {
     std::vector<uint8_t> t(0x110000, kOther);
     for (const ClassRange& r : kClassRanges)
@@ -28,6 +30,8 @@ const uint8_t* class_table() {
   return table.data();
 }
 
+namespace {
+
 constexpr uint32_t bit(CharClass c) { return 1u << c; }
 
 // bit(class) of each ASCII byte and 0 for the bytes of multi-byte characters, so run loops
@@ -35,7 +39,7 @@ constexpr uint32_t bit(CharClass c) { return 1u << c; }
 const uint32_t* ascii_bits() {
   static const std::vector<uint32_t> bits = [] {
     std::vector<uint32_t> b(256, 0);
-    for (int c = 0; c < 128; ++c) b[c] = bit(CharClass(class_table()[c]));
+    for (int c = 0; c < 128; ++c) b[c] = bit(CharClass(char_class_table()[c]));
     return b;
   }();
   return bits.data();
@@ -82,7 +86,7 @@ inline uint32_t class_mask(const uint8_t* p, uint32_t set) {
 class Scanner {
  public:
   Scanner(const Grammar& g, const uint8_t* s, size_t n)
-      : g_(g), s_(s), n_(n), table_(class_table()), ascii_(ascii_bits()) {}
+      : g_(g), s_(s), n_(n), table_(char_class_table()), ascii_(ascii_bits()) {}
 
   size_t piece_end(size_t i) const {
     if (g_.digits_only) return digit_split_end(i);
@@ -283,7 +287,7 @@ class Scanner {
 
 }  // namespace
 
-CharClass char_class(uint32_t cp) { return cp < 0x110000 ? CharClass(class_table()[cp]) : kOther; }
+CharClass char_class(uint32_t cp) { return cp < 0x110000 ? CharClass(char_class_table()[cp]) : kOther; }
 
 void pretokenize(const Grammar& g, const uint8_t* s, size_t n, std::vector<uint32_t>& ends) {
   uint32_t chunk[256];
@@ -291,8 +295,8 @@ void pretokenize(const Grammar& g, const uint8_t* s, size_t n, std::vector<uint3
   while (size_t k = next_pieces(g, s, n, &pos, chunk, 256)) ends.insert(ends.end(), chunk, chunk + k);
 }
 
-// Windows of ASCII text go through the block rules, everything else (and a window whose
-// first piece is longer than it) through the scanner, one piece at a time. A window may end
+// Windows the block rules cover go through them, everything else (and a window whose first
+// piece is longer than it) through the scanner, one piece at a time. A window may end
 // up to 64 pieces, so when fewer places are left the call returns early and the next call
 // starts with that window (filling the last places with the scanner put a quarter of all
 // pieces through it).
@@ -311,7 +315,7 @@ size_t next_pieces(const Grammar& g, const uint8_t* s, size_t n, size_t* pos, ui
         i = ends[k - 1];
         continue;
       }
-      scalar_until = i + block.ascii + 1;  // past the non-ASCII byte that stopped the window
+      scalar_until = i + block.valid + 1;  // past the first byte of the character that stopped it
     }
     ends[k++] = uint32_t(i = scanner.piece_end(i));
   }
