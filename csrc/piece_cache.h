@@ -1,7 +1,8 @@
 // Per-worker caches of encoded pieces. Agent contexts repeat identifiers, indentation and
 // punctuation, so most pieces were seen moments ago:
-// - HotPieces: direct-mapped, pieces of up to 16 bytes and 10 tokens, 1 MB, one probe that
-//   usually hits in L2 -- the common case costs no vocabulary lookup at all;
+// - HotPieces: direct-mapped, pieces of up to 16 bytes and 10 tokens, 2 MB (1 MB of slots
+//   lost a few percent of the pieces of code, and prose has twice as many distinct ones), one
+//   probe that usually hits in L2 -- the common case costs no vocabulary lookup at all;
 // - PieceCache: every merged piece up to kMaxPieceBytes, so BPE runs once per distinct piece.
 //   Bounded: cleared whole when full (cheap; a served context refills it in one pass).
 #pragma once
@@ -17,7 +18,7 @@ namespace zllm {
 
 class HotPieces {
  public:
-  static constexpr int kSlotBits = 14;
+  static constexpr int kSlotBits = 15;
   static constexpr size_t kMaxBytes = 16, kMaxTokens = 10, kSlots = size_t(1) << kSlotBits;
 
   HotPieces() : slots_(kSlots) {}
