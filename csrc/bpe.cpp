@@ -44,10 +44,16 @@ uint64_t hash_bytes(const uint8_t* p, size_t n) {
 void TokenIndex::build(const uint32_t* offsets, const char* arena, const std::vector<uint32_t>& ids) {
   slots_.assign(table_size(ids.size()), Slot{0, 0, 0});
   mask_ = slots_.size() - 1;
+  int filter_bits = 6;
+  while ((size_t(1) << filter_bits) < 16 * ids.size()) ++filter_bits;
+  filter_.assign(size_t(1) << (filter_bits - 6), 0);
+  filter_shift_ = 64 - filter_bits;
   for (uint32_t id : ids) {
     const uint8_t* p = reinterpret_cast<const uint8_t*>(arena) + offsets[id];
     size_t n = offsets[id + 1] - offsets[id];
-    uint64_t i = hash_bytes(p, n) & mask_;
+    const uint64_t h = hash_bytes(p, n), b = h >> filter_shift_;
+    filter_[b >> 6] |= uint64_t(1) << (b & 63);
+    uint64_t i = h & mask_;
     while (slots_[i].id_plus_1) i = (i + 1) & mask_;
     slots_[i] = Slot{load_prefix(p, n), uint32_t(n), id + 1};
   }
@@ -55,6 +61,7 @@ void TokenIndex::build(const uint32_t* offsets, const char* arena, const std::ve
 
 uint32_t TokenIndex::find(const uint8_t* p, size_t n, uint64_t h, const uint32_t* offsets,
                           const char* arena) const {
+  if (!may_hold(h)) return 0;
   const uint64_t prefix = load_prefix(p, n);
   for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
     const Slot& s = slots_[i];

@@ -39,6 +39,13 @@ class TokenIndex {
   uint32_t find(const uint8_t* p, size_t n, uint64_t h, const uint32_t* offsets, const char* arena) const;
 
  private:
+  // One bit per hash value (its top bits), set for every token's: most pieces that are no
+  // token are turned away by a table that stays in L2 (16 bits a token, about 3% pass it)
+  // instead of a probe of the slots, which miss every cache when a piece is new.
+  bool may_hold(uint64_t h) const {
+    const uint64_t b = h >> filter_shift_;
+    return (filter_[b >> 6] >> (b & 63)) & 1;
+  }
   // A slot holds a key's first 8 bytes, so most lookups (pieces of up to 8 bytes) touch one
   // cache line and never the arena.
   struct Slot {
@@ -48,6 +55,8 @@ class TokenIndex {
   };
   std::vector<Slot> slots_;
   uint64_t mask_ = 0;
+  std::vector<uint64_t> filter_;
+  int filter_shift_ = 64;
 };
 
 struct Merge {
