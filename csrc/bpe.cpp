@@ -158,9 +158,9 @@ void BytePairModel::insert_merges(const std::vector<std::pair<uint32_t, uint32_t
 // are encoded alone (a merge across the span's edge would have stopped it forming), so a
 // token forms only from the last pair of encoding its own bytes, and a pair that is not that
 // one is never the lowest when it is adjacent. The table holds just those pairs, one per
-// reachable token: a quarter of all the ways of splitting tokens in two (cl100k), so cold
-// merges probe a table that mostly stays in L2. Encoding a token's bytes needs only merges of
-// shorter tokens, hence the order by length; pairs of bytes come first, for byte_merges_.
+// reachable token: cl100k 100,000 of the 233,378 ways of splitting its tokens in two, so cold
+// merges probe a table half the size. Encoding a token's bytes needs only merges of shorter
+// tokens, hence the order by length; pairs of bytes come first, for byte_merges_.
 void BytePairModel::derive_merges_from_ranks() {
   std::vector<std::vector<uint32_t>> by_length;
   for (uint32_t id = 0; id + 1 < offsets_.size(); ++id) {
