@@ -178,7 +178,7 @@ AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t po
     const WideCharacters w = wide_characters(s + pos, m.high & ~m.continuation);
     covered = w.valid;
     letter |= over_characters(w.letter, m.continuation);
-    other = (other & ~m.high) | over_characters(w.other, m.continuation);
+    other |= over_characters(w.other, m.continuation);
   }
   if (covered < 8) return AsciiBlock{1, 0, covered};
   // Rules at k read bytes up to k + 2 (contractions), so they are exact up to covered - 3.
@@ -207,7 +207,7 @@ AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t po
     starts |= space & (~(white << 1) | ((newline << 1) & ~newline_later) | ~(white >> 1));
     starts |= newline & ~(white << 1);
   }
-  // A whitespace run that reaches the last ASCII byte may go on: decided up to its start.
+  // A whitespace run that reaches the last covered byte may go on: decided up to its start.
   if ((white >> (covered - 1)) & 1) {
     const uint64_t run_starts = white & ~(white << 1) & valid;
     const unsigned last_run = 63 - unsigned(__builtin_clzll(run_starts | 1));
