@@ -1,5 +1,7 @@
 #include "session_text.h"
 
+#include "scan_helper.h"
+
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
@@ -126,15 +128,28 @@ uint32_t SessionText::code_point(const Chunk& c, size_t i) const {
 
 size_t SessionText::common_prefix(const StrStorage& s) const {
   const size_t n = std::min(size_, s.size);
-  for (size_t k = 0, at = 0; at < n; ++k, at += kChunk) {
+  ScanHelper* helper = n >= kParallelFrom ? ScanHelper::get() : nullptr;
+  if (helper == nullptr) return common_prefix(s, 0, n);
+  const size_t segment = kSegmentChunks * kChunk;
+  const size_t failed = helper->first_failing((n + segment - 1) / segment, [&](size_t k) {
+    const size_t at = k * segment;
+    return common_prefix(s, at, std::min(n, at + segment)) == std::min(n, at + segment);
+  });
+  return failed * segment >= n ? n : common_prefix(s, failed * segment, n);
+}
+
+// Common prefix within [from, to), from at a chunk start: the position of the first differing
+// code point, or `to`.
+size_t SessionText::common_prefix(const StrStorage& s, size_t from, size_t to) const {
+  for (size_t k = from / kChunk, at = from; at < to; ++k, at += kChunk) {
     const Chunk& c = chunks_[k];
-    const size_t len = std::min(kChunk, n - at);
+    const size_t len = std::min(kChunk, to - at);
     if (same_chunk(data_.data() + c.offset, c.width, s, at, len)) continue;
     size_t i = 0;
     while (i < len && code_point(c, i) == s.at(at + i)) ++i;
     return at + i;
   }
-  return n;
+  return to;
 }
 
 void SessionText::replace_from(PyObject* str, size_t shared) {
