@@ -39,6 +39,7 @@
 #include <optional>
 #include <vector>
 
+#include "scan_helper.h"
 #include "session_text.h"
 #include "tokenizer_core.h"
 
@@ -95,15 +96,19 @@ size_t byte_offset(const View& t, size_t chars) {
   return t.size;
 }
 
-// Whether s[start:] holds a surrogate code point (only str of kind 2 or 4 can).
-bool has_surrogates(const py::str& s, Py_ssize_t start) {
-  PyObject* o = s.ptr();
-  const int kind = PyUnicode_KIND(o);
-  const void* data = PyUnicode_DATA(o);
+template <class Char>
+bool any_surrogate(const Char* p, size_t n) {  // branch-free, so it vectorises
   bool found = false;
-  for (Py_ssize_t i = start, n = PyUnicode_GET_LENGTH(o); kind != PyUnicode_1BYTE_KIND && i < n; ++i)
-    found |= (PyUnicode_READ(kind, data, i) & 0xFFFFF800u) == 0xD800u;
+  for (size_t i = 0; i < n; ++i) found |= (uint32_t(p[i]) & 0xFFFFF800u) == 0xD800u;
   return found;
+}
+
+// Whether s[start:] holds a surrogate code point (only str of kind 2 or 4 can).
+bool has_surrogates(const py::str& s, size_t start) {
+  const StrStorage st(s.ptr());
+  if (start >= st.size) return false;
+  if (st.kind == 2) return any_surrogate(static_cast<const uint16_t*>(st.data) + start, st.size - start);
+  return st.kind == 4 && any_surrogate(static_cast<const uint32_t*>(st.data) + start, st.size - start);
 }
 
 CharClass class_at(const uint8_t* t, size_t i, int* len) {
@@ -267,8 +272,11 @@ std::pair<py::array_t<uint32_t>, py::array_t<uint32_t>> encode_with_ends(Tokeniz
   uint32_t* pi = ids.mutable_data();
   uint32_t* pe = ends.mutable_data();
   size_t at = 0, chars = base;
+  const uint32_t* offsets = core.model().offsets().data();
   for (size_t k = 0; k < tokens.size; ++k) {
     const uint32_t id = tokens.ids[k];
+    // Token lengths are read from a table of the whole vocabulary, cold after other work.
+    if (k + 16 < tokens.size) __builtin_prefetch(offsets + tokens.ids[k + 16]);
     const size_t end = at + token_length(core, id);
     for (; at < end; ++at) chars += !continuation(t.data[at]);
     pi[k] = id;
@@ -347,47 +355,25 @@ py::tuple repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& pol
   return py::make_tuple(outcome, sp.attempt, sp.start, kept, ids, ends);
 }
 
-uint64_t mix(uint64_t h) {
-  h ^= h >> 31;
-  h *= 0x7fb5d329728ea185ull;
-  h ^= h >> 27;
-  h *= 0x81dadef4bc2dd44dull;
-  return h ^ (h >> 33);
-}
-
-// Hash of code points p[0, n) continuing `parent`: four independent lanes, two code points
-// (widened to 32 bits) a word, so a text hashes the same at every storage width.
-template <class Char>
-uint64_t hash_code_points(const Char* p, size_t n, uint64_t parent) {
-  uint64_t lane[4] = {parent, parent ^ 0x9E3779B97F4A7C15ull, ~parent, parent + 0x632be59bd9b4e019ull};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 4; ++k) {
-      const uint64_t w = uint64_t(p[i + 2 * k]) | uint64_t(p[i + 2 * k + 1]) << 32;
-      lane[k] = (lane[k] ^ w) * 0xbf58476d1ce4e5b9ull;
-      lane[k] ^= lane[k] >> 29;
-    }
-  uint64_t h = mix(lane[0] ^ mix(lane[1] ^ mix(lane[2] ^ mix(lane[3]))));
-  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return mix(h ^ n);
-}
-
 // Chained hashes of text at code points (first + 1) * stride, (first + 2) * stride, ...: hash k
 // covers text[:(first + k + 1) * stride] and continues `parent` (the hash at first * stride).
+// Blocks hash independently (on two threads for a long text) and the chain only combines them.
 py::array_t<uint64_t> checkpoint_hashes(const py::str& text, size_t stride, size_t first, uint64_t parent) {
   const StrStorage s(text.ptr());
   const size_t count = s.size / stride > first ? s.size / stride - first : 0;
   py::array_t<uint64_t> out(count);
   uint64_t* h = out.mutable_data();
-  for (size_t k = 0; k < count; ++k) {
-    const size_t at = (first + k) * stride;
-    switch (s.kind) {
-      case 1: parent = hash_code_points(static_cast<const uint8_t*>(s.data) + at, stride, parent); break;
-      case 2: parent = hash_code_points(static_cast<const uint16_t*>(s.data) + at, stride, parent); break;
-      default: parent = hash_code_points(static_cast<const uint32_t*>(s.data) + at, stride, parent);
-    }
-    h[k] = parent;
+  const auto hash_one = [&](size_t k) {
+    h[k] = hash_code_points(s, (first + k) * stride, stride);
+    return true;
+  };
+  ScanHelper* helper = count * stride >= SessionText::kParallelFrom ? ScanHelper::get() : nullptr;
+  if (helper != nullptr) {
+    helper->first_failing(count, hash_one);
+  } else {
+    for (size_t k = 0; k < count; ++k) hash_one(k);
   }
+  for (size_t k = 0; k < count; ++k) h[k] = parent = mix64(parent * 0x9E3779B97F4A7C15ull ^ h[k]);
   return out;
 }
 

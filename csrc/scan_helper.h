@@ -6,6 +6,7 @@
 // sleeping helper may not get a CPU at all on a busy host, so the caller never waits for it to
 // arrive: both threads claim segments in increasing order from a shared counter, the caller
 // alone can finish the scan, and it only ever waits for the one segment the helper is inside.
+// The helper runs at the lowest priority, so it only takes a CPU that would otherwise idle.
 #pragma once
 
 #include <atomic>

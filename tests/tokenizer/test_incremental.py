@@ -161,6 +161,20 @@ def test_keyless_calls_find_the_session_by_prefix(tokenizers):
     assert inc.stats.repairs == 2 and inc.stats.cold == 2  # checkpoints hash code points, not storage
 
 
+def test_checkpoint_hashes_chain_cover_their_prefix_and_ignore_storage_width():
+    stride = 4096
+    text = "def f(x): return x \u00e9\n" * 16_000  # 384K code points: hashed on two threads
+    full = _native.checkpoint_hashes(text, stride, 0, 0)
+    assert len(full) == len(text) // stride and len(set(full.tolist())) == len(full)
+    k = 30
+    assert (_native.checkpoint_hashes(text, stride, k, int(full[k - 1])) == full[k:]).all()
+    for wider in (text + "\u03a9", text + "\U0001F600"):  # stored at 2 and at 4 bytes
+        assert (_native.checkpoint_hashes(wider, stride, 0, 0)[:len(full)] == full).all()
+    at = 50 * stride + 7
+    edited = _native.checkpoint_hashes(text[:at] + "#" + text[at + 1:], stride, 0, 0)
+    assert (edited[:50] == full[:50]).all() and (edited[50:] != full[50:]).all()
+
+
 def test_keyless_fork_keeps_the_original_conversation(tokenizers):
     tok = tokenizers["qwen2"]
     inc = IncrementalTokenizer(tok, shadow_rate=0)
