@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zllm_core import _native
-from zllm_core.tokenizer.session_store import Session, SessionStore, TokenRun
+from zllm_core.tokenizer.session_store import Session, SessionStore
 from zllm_core.tokenizer.shadow import Mismatch, ShadowVerifier
 from zllm_core.tokenizer.tokenizer import SpecialSet, Tokenizer, repair_surrogates
 
@@ -90,11 +90,12 @@ class IncrementalTokenizer:
                 session = self._continue(session, text, forked=key is None)
             self.store.remember(session, save_as or key)
             self.store.touch(session)
-            ids = session.tokens.ids
-            ids = ids.copy() if copy else ids.view()
+            ids = session.tokens.ids  # a fresh view of the session's buffer
+            if copy:
+                ids = ids.copy()
+            else:
+                ids.flags.writeable = False
             self.shadow.sample(session.id, text, ids)  # copies what it samples
-        if not copy:
-            ids.flags.writeable = False
         return ids
 
     def metrics(self) -> dict[str, float]:
@@ -113,8 +114,7 @@ class IncrementalTokenizer:
     def _cold(self, scope: str, text: str) -> Session:
         self.stats.cold += 1
         text = self._repaired(text, 0)
-        ids, ends = _native.encode_tail(self._core, self._policy, text, 0)
-        session = Session(scope, _native.SessionText(text), TokenRun(ids, ends))
+        session = Session(scope, _native.SessionText(text), _native.encode_tail(self._core, self._policy, text))
         self.store.add(session, None, text)
         return session
 
@@ -141,9 +141,9 @@ class IncrementalTokenizer:
         return text, diverged
 
     def _repair(self, session: Session, text: str, diverged: int, forked: bool) -> Session:
-        outcome, attempt, start, kept, ids, ends = _native.repair(
+        outcome, attempt, start, fork_tokens = _native.repair(
             self._core, self._grammar, self._policy, session.text, text, diverged,
-            session.tokens.ids, session.tokens.ends, self.window, self.max_doublings)
+            session.tokens, self.window, self.max_doublings, forked)
         if outcome == _NO_BOUNDARY:
             self.stats.fallbacks += 1
             return self._restart(session, text, forked)
@@ -156,11 +156,11 @@ class IncrementalTokenizer:
             self.stats.whole_window += 1
         else:
             self.stats.accepted_at[attempt] += 1
-        if forked:
-            session = self._fork(session, kept, text)
-        else:
-            self.store.replace_text(session, text, diverged)
-        session.tokens.splice(kept, ids, ends)
+        if forked:  # the repair left the session's tokens as they were
+            fork = Session(session.scope, _native.SessionText(text), fork_tokens)
+            self.store.add(fork, None, text)
+            return fork
+        self.store.replace_text(session, text, diverged)  # the repair spliced its tokens
         return session
 
     def _repaired(self, text: str, clean_upto: int) -> str:
@@ -174,16 +174,9 @@ class IncrementalTokenizer:
         """Full tokenization, kept in `session` (or a new one beside it for a fork)."""
         if forked:
             return self._cold(session.scope, text)
-        ids, ends = _native.encode_tail(self._core, self._policy, text, 0)
-        session.tokens = TokenRun(ids, ends)
+        session.tokens = _native.encode_tail(self._core, self._policy, text)
         self.store.replace_text(session, text, 0)
         return session
-
-    def _fork(self, session: Session, kept: int, text: str) -> Session:
-        """A new session for `text` beside `session`, with its first `kept` tokens."""
-        fork = Session(session.scope, _native.SessionText(text), session.tokens.copy(kept))
-        self.store.add(fork, None, text)
-        return fork
 
     # ---- shadow
     def _reference(self, text: str) -> list[int]:

@@ -1,5 +1,5 @@
 """Tokenization sessions: per conversation, the rendered text, its token ids and where each
-token ends, kept under a memory budget with LRU eviction.
+token ends (csrc/session_text.h, csrc/token_run.h), kept under a memory budget with LRU eviction.
 
 A request finds its session by an explicit key (prompt_cache_key, previous_response_id, a
 session header) or by the longest text prefix it shares with a recent session of its scope:
@@ -14,51 +14,9 @@ import itertools
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from zllm_core import _native
 
 CHECKPOINT_STRIDE = 4096  # code points between prefix checkpoints
-
-
-class TokenRun:
-    """Token ids and their end offsets (code points) in growable buffers: replacing the tail after
-    token k costs O(new tokens), amortised."""
-
-    def __init__(self, ids: np.ndarray, ends: np.ndarray):
-        self._ids, self._ends, self.size = ids, ends, len(ids)
-
-    @property
-    def ids(self) -> np.ndarray:
-        return self._ids[:self.size]
-
-    @property
-    def ends(self) -> np.ndarray:
-        return self._ends[:self.size]
-
-    def splice(self, k: int, ids: np.ndarray, ends: np.ndarray) -> None:
-        """Keep the first k tokens, then append ids/ends."""
-        size = k + len(ids)
-        if size > len(self._ids):
-            capacity = max(size, 2 * len(self._ids), 256)
-            self._ids = _grown(self._ids, k, capacity)
-            self._ends = _grown(self._ends, k, capacity)
-        self._ids[k:size] = ids
-        self._ends[k:size] = ends
-        self.size = size
-
-    def copy(self, k: int) -> "TokenRun":
-        return TokenRun(self._ids[:k].copy(), self._ends[:k].copy())
-
-    @property
-    def nbytes(self) -> int:
-        return self._ids.nbytes + self._ends.nbytes
-
-
-def _grown(a: np.ndarray, keep: int, capacity: int) -> np.ndarray:
-    out = np.empty(capacity, dtype=a.dtype)
-    out[:keep] = a[:keep]
-    return out
 
 
 _session_ids = itertools.count(1)
@@ -68,7 +26,7 @@ _session_ids = itertools.count(1)
 class Session:
     scope: str
     text: _native.SessionText  # the text as tokenized (normalised, no surrogates), compact
-    tokens: TokenRun
+    tokens: _native.TokenRun  # ids and where each ends, in code points
     checkpoints: list[int] = field(default_factory=list)  # chained hashes of
     # text[:(k + 1) * CHECKPOINT_STRIDE], set by the store
     keys: set[str] = field(default_factory=set)
