@@ -179,12 +179,25 @@ def test_keyless_fork_keeps_the_original_conversation(tokenizers):
     tok = tokenizers["qwen2"]
     inc = IncrementalTokenizer(tok, shadow_rate=0)
     base = LINES * 400
-    inc.encode(base + "first branch\n", "s")
-    inc.encode(base + "second branch\n", "s")  # shares base: a fork, the first stays
+    first = base + "first branch\n" + LINES * 100  # a long tail after the branch point
+    inc.encode(first, "s")
+    inc.encode(base + "second branch\n", "s")  # would discard the long tail: a fork
     assert inc.store.stats.sessions == 2
-    text = base + "first branch\nmore\n"
+    text = first + "more\n"
     assert inc.encode(text, "s").tolist() == tok.encode(text)
-    assert inc.stats.cold == 1
+    assert inc.stats.cold == 1 and inc.store.stats.sessions == 2
+
+
+def test_keyless_call_discarding_a_short_tail_continues_in_place(tokenizers):
+    """A template that re-renders the last turn (dropping its reasoning) discards a short tail:
+    copying the whole session for it would cost more than a sibling re-tokenizing it."""
+    tok = tokenizers["qwen2"]
+    inc = IncrementalTokenizer(tok, shadow_rate=0)
+    base = LINES * 400
+    inc.encode(base + "[reasoning]answer\n", "s")
+    for text in (base + "answer\nnext question\n", base + "[reasoning]answer\nagain\n"):
+        assert inc.encode(text, "s").tolist() == tok.encode(text)
+    assert inc.store.stats.sessions == 1 and inc.stats.cold == 1 and inc.stats.repairs == 2
 
 
 def test_sessions_are_evicted_least_recently_used_first(tokenizers):

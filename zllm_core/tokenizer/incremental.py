@@ -4,7 +4,7 @@ Agents resend the whole conversation and append a little each call. A session ke
 text and its tokens; a call re-tokenizes only from a stable piece boundary in a window of W
 characters before the point where the new text diverges from the stored one, and splices:
 cost O(appended text + W) plus one vectorised pass comparing the prompt with the stored text
-(kept compact, csrc/session_text.h). NFC, for tokenizers that ask for it, is applied from the
+(kept compact, csrc/session_text.h; long prompts on two threads, csrc/scan_helper.h). NFC, for tokenizers that ask for it, is applied from the
 last ASCII character before the divergence (Tokenizer.normalize). The boundary is proven from
 the family's pre-tokenizer rules (csrc/incremental.cpp states the proof), and the old and new
 token streams must also agree on every token between the window start and the last stable
@@ -33,6 +33,7 @@ MAX_DOUBLINGS = 5
 # a window to the append's own work, so there is no crossover to measure against a CPU full
 # path (bench/tokenize_incremental.py --router shows it); None keeps every call incremental.
 ROUTE_FULL_AFTER: int | None = None
+FORK_TAIL_FRACTION = 16  # keyless calls fork a session when they discard more than this part
 _NO_BOUNDARY, _DISAGREE = -1, -2  # outcomes of _native.repair (csrc/incremental.cpp)
 
 
@@ -124,7 +125,12 @@ class IncrementalTokenizer:
         if diverged == old_len == new_len:
             self.stats.unchanged += 1
             return session
-        forked = forked and diverged < old_len  # another conversation may still continue the old text
+        # Without a key the old text may be another conversation's, which a fork keeps intact.
+        # A fork copies and re-indexes the whole session, while continuing in place only makes
+        # such a sibling re-tokenize the discarded tail if it comes back; so fork only for a long
+        # tail (re-tokenizing 1/16 of a text costs about what copying it does). The common
+        # keyless case, a template re-rendering the last turn, discards a short tail.
+        forked = forked and old_len - diverged > old_len // FORK_TAIL_FRACTION
         if self.route_full_after is not None and new_len - diverged > self.route_full_after:
             self.stats.routed_full += 1
             return self._restart(session, text, forked)
