@@ -11,7 +11,7 @@ with the ratios, the first-window acceptance rate, and the router measurement: t
 incremental call against one full tokenization for appends of growing size.
 
     PYTHONPATH=$PWD python bench/tokenize_incremental.py [--trace PATH ...] [--sessions N]
-        [--max-calls N] [--baseline-every K] [--pad CHARS] [--no-router] [--latency-only] [--nfc]
+        [--max-calls N] [--baseline-every K] [--pad CHARS] [--no-router] [--latency-only] [--nfc] [--keyless]
 Contexts over 1M characters: the generator restarts 1% of calls, so its sessions rarely pass
 1M; --pad 1500000 starts every session with a 1.5M-character user message of trace text
 (a session that begins by reading a large input) and replays its real appends on top.
@@ -66,11 +66,12 @@ def demo_tokenizer(nfc: bool) -> Tokenizer:
 
 
 def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: int,
-           latency_only: bool = False, nfc: bool = False) -> list[tuple]:
+           latency_only: bool = False, nfc: bool = False, keyless: bool = False) -> list[tuple]:
     """Rows (context chars, incr s, incr+copy s, tiktoken s, giga warm s) per call. Two passes
     over the same rendered calls: the incremental tokenizer alone (what a server runs between
     requests), then the baselines, which also check every incremental result against a full
-    encode. latency_only: the first pass only, checked on every 50th call."""
+    encode. latency_only: the first pass only, checked on every 50th call. keyless: calls carry
+    no session key, so each finds its session by the longest shared text prefix."""
     model_dir = resolve_model_dir("zllm-demo")
     tok = demo_tokenizer(nfc)
     template = ChatTemplate.from_model_dir(model_dir)
@@ -78,7 +79,7 @@ def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: i
     inc = IncrementalTokenizer(tok, budget_bytes=4 << 30, shadow_rate=0)
     timings, digests, checked = [], [], 0
     for key, text in each_call(traces, template, sessions, max_calls, preamble):
-        dt_inc, ids = timed(inc.encode, text, "bench", key, copy=False)
+        dt_inc, ids = timed(inc.encode, text, "bench", None if keyless else key, copy=False)
         dt_copy, _ = timed(ids.copy)
         timings.append((len(text), dt_inc, dt_inc + dt_copy))
         digests.append(hashlib.blake2b(ids.tobytes(), digest_size=16).digest())
@@ -183,10 +184,13 @@ def main() -> None:
     ap.add_argument("--no-router", action="store_true")
     ap.add_argument("--nfc", action="store_true", help="the tokenizer normalizes to NFC, as Qwen's "
                     "tokenizer.json asks (incremental normalization; baselines do not normalize)")
+    ap.add_argument("--keyless", action="store_true", help="calls carry no session key: each finds its "
+                    "session by the longest shared text prefix (checkpoint hashes)")
     ap.add_argument("--latency-only", action="store_true", help="the incremental pass only (no baselines); "
                     "exactness checked on every 50th call")
     args = ap.parse_args()
-    rows = replay(args.trace, args.sessions, args.max_calls, args.baseline_every, args.pad, args.latency_only, args.nfc)
+    rows = replay(args.trace, args.sessions, args.max_calls, args.baseline_every, args.pad, args.latency_only,
+                  args.nfc, args.keyless)
     print_bands(rows)
     if args.nfc:
         nfc_cost(trace_text(args.trace[-1], args.router_context))

@@ -373,10 +373,10 @@ py::tuple repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& pol
   return py::make_tuple(int(kSpliced), sp.attempt, sp.start, forked);
 }
 
-// Chained hashes of text at code points (first + 1) * stride, (first + 2) * stride, ...: hash k
-// covers text[:(first + k + 1) * stride] and continues `parent` (the hash at first * stride).
-// Blocks hash independently (on two threads for a long text) and the chain only combines them.
-py::array_t<uint64_t> checkpoint_hashes(const py::str& text, size_t stride, size_t first, uint64_t parent) {
+// Hashes of text's blocks of `stride` code points, blocks first, first + 1, ... (the last full
+// one): each block on its own, so a session's index entries after an edit are recomputed from
+// the edit on, and a lookup can hash just the blocks it probes. Two threads for a long text.
+py::array_t<uint64_t> checkpoint_hashes(const py::str& text, size_t stride, size_t first) {
   const StrStorage s(text.ptr());
   const size_t count = s.size / stride > first ? s.size / stride - first : 0;
   py::array_t<uint64_t> out(count);
@@ -391,8 +391,13 @@ py::array_t<uint64_t> checkpoint_hashes(const py::str& text, size_t stride, size
   } else {
     for (size_t k = 0; k < count; ++k) hash_one(k);
   }
-  for (size_t k = 0; k < count; ++k) h[k] = parent = mix64(parent * 0x9E3779B97F4A7C15ull ^ h[k]);
   return out;
+}
+
+uint64_t block_hash(const py::str& text, size_t block, size_t stride) {
+  const StrStorage s(text.ptr());
+  if ((block + 1) * stride > s.size) throw py::index_error("block past the text's end");
+  return hash_code_points(s, block * stride, stride);
 }
 
 }  // namespace
@@ -414,7 +419,9 @@ void register_incremental(py::module_& m) {
   m.def("encode_tail", &encode_tail, py::arg("core"), py::arg("policy"), py::arg("text"),
         "A TokenRun of text: its ids and their end offsets in code points.");
   m.def("checkpoint_hashes", &checkpoint_hashes, py::arg("text"), py::arg("stride"), py::arg("first"),
-        py::arg("parent"), "Chained hashes of text at every stride code points after first * stride.");
+        "Hashes of text's full blocks of stride code points, from block `first` on.");
+  m.def("block_hash", &block_hash, py::arg("text"), py::arg("block"), py::arg("stride"),
+        "The hash of text's block `block` (code points [block * stride, (block + 1) * stride)).");
 }
 
 }  // namespace zllm

@@ -80,6 +80,8 @@ ZLLM_SIMD_CLONES bool same_1_2(const uint8_t* a, const uint16_t* b, size_t n) { 
 ZLLM_SIMD_CLONES bool same_1_4(const uint8_t* a, const uint32_t* b, size_t n) { return same_run(a, b, n); }
 ZLLM_SIMD_CLONES bool same_2_4(const uint16_t* a, const uint32_t* b, size_t n) { return same_run(a, b, n); }
 
+namespace {
+
 uint64_t mix64(uint64_t h) {
   h ^= h >> 31;
   h *= 0x7fb5d329728ea185ull;
@@ -107,6 +109,8 @@ inline __attribute__((always_inline)) uint64_t lanes_hash(const Char* p, size_t 
   for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
   return mix64(h);
 }
+
+}  // namespace
 
 ZLLM_SIMD_CLONES uint64_t lanes_hash_1(const uint8_t* p, size_t n) { return lanes_hash(p, n); }
 ZLLM_SIMD_CLONES uint64_t lanes_hash_2(const uint16_t* p, size_t n) { return lanes_hash(p, n); }

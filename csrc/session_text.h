@@ -31,7 +31,6 @@ template <class Char>
 void append_utf8(const Char* p, size_t n, std::string& out);
 void append_utf8(const StrStorage& s, size_t from, size_t to, std::string& out);
 
-uint64_t mix64(uint64_t h);
 // Hash of the code points s[at, at + n), the same at every storage width (not cryptographic).
 uint64_t hash_code_points(const StrStorage& s, size_t at, size_t n);
 
