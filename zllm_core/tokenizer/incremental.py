@@ -4,8 +4,9 @@ Agents resend the whole conversation and append a little each call. A session ke
 text and its tokens; a call re-tokenizes only from a stable piece boundary in a window of W
 characters before the point where the new text diverges from the stored one, and splices:
 cost O(appended text + W) plus one vectorised pass comparing the prompt with the stored text
-(kept compact, csrc/session_text.h; long prompts on two threads, csrc/scan_helper.h). NFC, for tokenizers that ask for it, is applied from the
-last ASCII character before the divergence (Tokenizer.normalize). The boundary is proven from
+(kept compact, csrc/session_text.h; long prompts on two threads, csrc/scan_helper.h). NFC,
+for tokenizers that ask for it, is applied from the last ASCII character before the
+divergence (Tokenizer.normalize). The boundary is proven from
 the family's pre-tokenizer rules (csrc/incremental.cpp states the proof), and the old and new
 token streams must also agree on every token between the window start and the last stable
 boundary before the divergence. With no provable boundary in the window W doubles, up to
