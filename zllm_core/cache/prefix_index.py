@@ -25,20 +25,17 @@ class PrefixIndex:
 
     def lookup(self, keys: Sequence[bytes]) -> list[int]:
         """Blocks of the longest run of leading keys present in the index."""
-        blocks = []
-        for key in keys:
-            block = self._block_of.get(key)
-            if block is None:
-                break
-            blocks.append(block)
-        return blocks
+        # All keys at C speed, then cut at the first miss: callers pass keys that are mostly hits.
+        blocks = list(map(self._block_of.get, keys))
+        return blocks[:blocks.index(None)] if None in blocks else blocks
 
-    def adopt(self, blocks: Sequence[int]) -> list[int]:
-        """A new user takes the blocks by reference: no copy, one more reference each."""
+    def adopt(self, blocks: Sequence[int]) -> None:
+        """A new user takes the blocks by reference: no copy, one more reference each.
+
+        Their entries stay in the unused queue (taking a 300K-token prefix out of it cost
+        milliseconds per request): eviction skips a block in use, and its release queues it
+        again as the most recent."""
         self.pool.incref(list(blocks))
-        for b in blocks:
-            self._unused.pop(b, None)
-        return list(blocks)
 
     def register(self, keys: Sequence[bytes], blocks: Sequence[int]) -> None:
         """Index newly completed full blocks (still in use by the sequence that filled them)."""
@@ -65,13 +62,14 @@ class PrefixIndex:
         freed = 0
         while freed < n and self._unused:
             block, _ = self._unused.popitem(last=False)
-            self._drop(block)
-            freed += 1
+            if self.pool.ref_counts[block] == 1:  # else adopted since it was queued
+                self._drop(block)
+                freed += 1
         self.num_evicted += freed
         return freed
 
     def num_evictable(self) -> int:
-        return len(self._unused)
+        return sum(self.pool.ref_counts[b] == 1 for b in self._unused)
 
     def clear(self) -> None:
         """Drop the index's reference on every block (blocks in use stay with their users)."""
