@@ -212,7 +212,8 @@ class PrefixCache:
         if full > len(live.keys):
             parent = live.keys[-1] if live.keys else b""
             start = len(live.keys) * self.block_size
-            live.keys += self.keys(token_array(tokens)[start:full * self.block_size], live.request.scope, parent)
+            new_blocks = token_array(tokens)[start:full * self.block_size]
+            live.keys += self.keys(new_blocks, live.request.scope, parent)
         self.index.register(live.keys[live.registered:full], block_table[live.registered:full])
         live.registered = max(live.registered, full)
 
