@@ -22,9 +22,11 @@ the same tokens: ``tolist``; ``list()`` copies in generate and in the sequence;
 ``min``/``max`` over a list; ``array("i", list)`` conversions in the exact-id compare and in
 the recorded session; and in the keyless lookup, chain keys of every usable block from a
 list (the old lookup) against the keys of the blocks after the closest session plus one
-vectorised compare with it (the new one). Operations both paths share (the index's key
-lookups and unused-block queue, reference counts, block allocation) count as they are now in
-both; this change made the lookup and adoption cheaper too, so the ratio understates the gain.
+vectorised compare with it (the new one). The per-block bookkeeping both paths do (the
+index's key lookups, reference counts, the eviction queue, block allocation) counts as it is
+now in both, although this change also made it several times cheaper (numpy reference counts
+and eviction order instead of a Python loop and queue move per block): the ratio understates
+the gain.
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python bench/request_overhead.py [--sizes 30000,100000,300000]
 """

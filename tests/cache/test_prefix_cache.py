@@ -195,3 +195,28 @@ def test_keyless_matches_equal_hashing_every_block_and_comparing_every_session(s
     for rid, table in running:
         cache.pool.free(table)
         cache.release(rid, table)
+
+
+def test_eviction_follows_each_blocks_latest_release():
+    pool = BlockPool(LAYOUT, 32)
+    cache = PrefixCache(pool)
+    _, first = run_request(cache, "first", list(range(12)) + [0])
+    _, second = run_request(cache, "second", list(range(50, 62)) + [0])
+    run_request(cache, "again", list(range(12)) + [1])  # first's blocks, released once more
+    assert cache.evict(3) == 3
+    assert all(pool.ref_counts[b] == 0 for b in second[:3])
+    assert all(pool.ref_counts[b] == 1 for b in first[:3])
+    assert cache.index.num_evictable() == 3
+
+
+def test_releasing_one_prefix_over_and_over_keeps_the_eviction_queue_within_twice_the_pool():
+    pool = BlockPool(LAYOUT, 16)
+    cache = PrefixCache(pool)
+    _, early = run_request(cache, "early", list(range(50, 62)) + [0])
+    prefix = list(range(12))
+    for turn in range(100):
+        run_request(cache, f"t{turn}", prefix + [turn % 7])
+    assert cache.index._queued <= 2 * pool.num_blocks
+    assert cache.evict(3) == 3  # "early" was released before every turn: it goes first
+    assert all(pool.ref_counts[b] == 0 for b in early[:3])
+    assert cache.index.num_evictable() == 3
