@@ -25,11 +25,14 @@ def build_metadata(batch: Batch, block_size: int, device: torch.device) -> tuple
         starts.append(starts[-1] + c.length)
         seq_lens.append(c.start + c.length)
     width = max(len(c.seq.block_table) for c in batch.chunks)
-    tables = [c.seq.block_table + [0] * (width - len(c.seq.block_table)) for c in batch.chunks]
+    # Filled row by row in numpy: a 300K-token context's table is 18K ids at every step.
+    tables = np.zeros((len(batch.chunks), width), dtype=np.int32)  # padded with block 0
+    for row, c in zip(tables, batch.chunks):
+        row[:len(c.seq.block_table)] = c.seq.block_table
     meta = AttentionMetadata(
         query_start_loc=torch.tensor(starts, dtype=torch.int32, device=device),
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
-        block_tables=torch.tensor(tables, dtype=torch.int32, device=device),
+        block_tables=torch.from_numpy(tables).to(device),
         slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
         max_query_len=max(c.length for c in batch.chunks),
         max_seq_len=max(seq_lens),
