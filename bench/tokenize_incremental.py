@@ -12,6 +12,7 @@ incremental call against one full tokenization for appends of growing size.
 
     PYTHONPATH=$PWD python bench/tokenize_incremental.py [--trace PATH ...] [--sessions N]
         [--max-calls N] [--baseline-every K] [--pad CHARS] [--no-router] [--latency-only] [--nfc] [--keyless]
+        [--one-thread]
 Contexts over 1M characters: the generator restarts 1% of calls, so its sessions rarely pass
 1M; --pad 1500000 starts every session with a 1.5M-character user message of trace text
 (a session that begins by reading a large input) and replays its real appends on top.
@@ -184,11 +185,15 @@ def main() -> None:
     ap.add_argument("--no-router", action="store_true")
     ap.add_argument("--nfc", action="store_true", help="the tokenizer normalizes to NFC, as Qwen's "
                     "tokenizer.json asks (incremental normalization; baselines do not normalize)")
+    ap.add_argument("--one-thread", action="store_true", help="compare long prompts on the calling "
+                    "thread only (ZLLM_SCAN_THREADS=1), not with the helper thread")
     ap.add_argument("--keyless", action="store_true", help="calls carry no session key: each finds its "
                     "session by the longest shared text prefix (checkpoint hashes)")
     ap.add_argument("--latency-only", action="store_true", help="the incremental pass only (no baselines); "
                     "exactness checked on every 50th call")
     args = ap.parse_args()
+    if args.one_thread:
+        os.environ["ZLLM_SCAN_THREADS"] = "1"  # read when the first long prompt is compared
     rows = replay(args.trace, args.sessions, args.max_calls, args.baseline_every, args.pad, args.latency_only,
                   args.nfc, args.keyless)
     print_bands(rows)

@@ -4,15 +4,21 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <string>
 #include <thread>
 
 namespace zllm {
 
 namespace {
 
-bool several_cpus() {
+// ZLLM_SCAN_THREADS=1 keeps scans on the calling thread (an operator limiting threads, or a
+// benchmark measuring one core).
+bool wanted() {
+  const char* limit = std::getenv("ZLLM_SCAN_THREADS");
   cpu_set_t set;
-  return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 1;
+  return !(limit && std::string(limit) == "1") && sched_getaffinity(0, sizeof set, &set) == 0 &&
+         CPU_COUNT(&set) > 1;
 }
 
 void lower_to(std::atomic<size_t>& a, size_t v) {
@@ -32,7 +38,7 @@ ScanHelper* ScanHelper::get() {
   std::lock_guard<std::mutex> lock(init);
   if (owner != getpid()) {
     owner = getpid();
-    helper = several_cpus() ? new ScanHelper() : nullptr;
+    helper = wanted() ? new ScanHelper() : nullptr;
   }
   return helper;
 }

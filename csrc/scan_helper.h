@@ -20,7 +20,8 @@ namespace zllm {
 
 class ScanHelper {
  public:
-  // The process's helper, or nullptr when the process may use only one CPU.
+  // The process's helper, or nullptr when the process may use only one CPU (or is told to,
+  // ZLLM_SCAN_THREADS=1).
   static ScanHelper* get();
 
   // The smallest s in [0, count) with ok(s) false, or count. ok must be safe to call from
