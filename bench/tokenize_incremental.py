@@ -1,16 +1,18 @@
 """Incremental tokenization against full re-tokenization, replaying agent traces.
 
 Every call of every session is rendered through the demo model's chat template and encoded
-by IncrementalTokenizer (one session per trace session, found by key). Per call it times the
-incremental repair, full re-tokenization with tiktoken (the reference library) and with
-gigatoken with its cache warm (it encoded the previous call's text just before, the strongest
-cached baseline), and checks the incremental ids against zllm_core's full tokenization (which
-the tokenizer tests check against tiktoken). Prints p50/p99 per call in bands of context size
+by IncrementalTokenizer (one session per trace session, found by key), which is timed alone,
+as a server runs it between requests. A second pass over the same rendered calls times full
+re-tokenization with tiktoken (the reference library) and with gigatoken with its cache warm
+(it encoded the previous call's text just before, the strongest cached baseline), and checks
+every incremental result against zllm_core's full tokenization (which the tokenizer tests
+check against tiktoken). Prints p50/p99 per call in bands of context size
 with the ratios, the first-window acceptance rate, and the router measurement: time of one
 incremental call against one full tokenization for appends of growing size.
 
     PYTHONPATH=$PWD python bench/tokenize_incremental.py [--trace PATH ...] [--sessions N]
-        [--max-calls N] [--baseline-every K] [--pad CHARS] [--no-router] [--latency-only] [--nfc]
+        [--max-calls N] [--baseline-every K] [--pad CHARS] [--no-router] [--latency-only] [--nfc] [--keyless]
+        [--one-thread]
 Contexts over 1M characters: the generator restarts 1% of calls, so its sessions rarely pass
 1M; --pad 1500000 starts every session with a 1.5M-character user message of trace text
 (a session that begins by reading a large input) and replays its real appends on top.
@@ -18,6 +20,7 @@ Contexts over 1M characters: the generator restarts 1% of calls, so its sessions
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -27,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import gigatoken
+import numpy as np
 import tiktoken
 
 from zllm_core.dialects.chat_template import ChatTemplate
@@ -63,38 +67,53 @@ def demo_tokenizer(nfc: bool) -> Tokenizer:
 
 
 def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: int,
-           latency_only: bool = False, nfc: bool = False) -> list[tuple]:
+           latency_only: bool = False, nfc: bool = False, keyless: bool = False) -> list[tuple]:
+    """Rows (context chars, incr s, incr+copy s, tiktoken s, giga warm s) per call. Two passes
+    over the same rendered calls: the incremental tokenizer alone (what a server runs between
+    requests), then the baselines, which also check every incremental result against a full
+    encode. latency_only: the first pass only, checked on every 50th call. keyless: calls carry
+    no session key, so each finds its session by the longest shared text prefix."""
     model_dir = resolve_model_dir("zllm-demo")
     tok = demo_tokenizer(nfc)
     template = ChatTemplate.from_model_dir(model_dir)
-    inc = IncrementalTokenizer(tok, budget_bytes=4 << 30, shadow_rate=0)
-    tik = tiktoken_of(tok)
-    giga = gigatoken.Tokenizer.from_tiktoken(str(SHARED_VOCAB / f"{tok.name}.tiktoken"), pretokenizer=tok.name)
-    rows, calls, exact = [], 0, 0
     preamble = trace_text(traces[-1], pad) if pad else ""
-    for t, trace in enumerate(traces):
-        for s, text in rendered_calls(trace, template, sessions, max_calls, preamble):
-            calls += 1
-            dt_inc, ids = timed(inc.encode, text, "bench", f"{t}/{s}", copy=False)
-            dt_copy, _ = timed(ids.copy)
-            if latency_only:  # nothing else runs between calls (checked on every 50th)
-                exact += 1 if calls % 50 else ids.tolist() == tok.encode(text, allowed_special="all")
-                rows.append((len(text), dt_inc, dt_inc + dt_copy, float("nan"), float("nan")))
-                continue
-            exact += ids.tolist() == tok.encode(text, allowed_special="all")
-            if calls % every:
-                continue
-            dt_tik, _ = timed(tik.encode, text, allowed_special="all")
-            dt_giga, _ = timed(giga.encode, text)  # warm: the previous call's text was encoded
-            rows.append((len(text), dt_inc, dt_inc + dt_copy, dt_tik, dt_giga))
+    inc = IncrementalTokenizer(tok, budget_bytes=4 << 30, shadow_rate=0)
+    timings, digests, checked = [], [], 0
+    for key, text in each_call(traces, template, sessions, max_calls, preamble):
+        dt_inc, ids = timed(inc.encode, text, "bench", None if keyless else key, copy=False)
+        dt_copy, _ = timed(ids.copy)
+        timings.append((len(text), dt_inc, dt_inc + dt_copy))
+        digests.append(hashlib.blake2b(ids.tobytes(), digest_size=16).digest())
+        if latency_only and len(timings) % 50 == 0:
+            checked += ids.tolist() == tok.encode(text, allowed_special="all")
+    rows = [(n, inc_s, copy_s, float("nan"), float("nan")) for n, inc_s, copy_s in timings]
+    if not latency_only:
+        tik = tiktoken_of(tok)
+        giga = gigatoken.Tokenizer.from_tiktoken(str(SHARED_VOCAB / f"{tok.name}.tiktoken"), pretokenizer=tok.name)
+        for k, (_, text) in enumerate(each_call(traces, template, sessions, max_calls, preamble)):
+            full = np.asarray(tok.encode(text, allowed_special="all"), dtype=np.uint32)
+            checked += hashlib.blake2b(full.tobytes(), digest_size=16).digest() == digests[k]
+            if (k + 1) % every == 0:
+                dt_tik, _ = timed(tik.encode, text, allowed_special="all")
+                dt_giga, _ = timed(giga.encode, text)  # warm: the previous call's text was encoded
+                rows[k] = rows[k][:3] + (dt_tik, dt_giga)
             giga.encode(text)  # keeps the next call's cache as warm as an agent's resend finds it
+        rows = [r for k, r in enumerate(rows) if (k + 1) % every == 0]
     st = inc.stats
-    print(f"{calls} calls, {exact} identical to full tokenization; {st.repairs} repairs, {st.cold} cold, "
-          f"{st.fallbacks} fallbacks, {st.disagreements} disagreements")
+    expected = len(timings) // 50 if latency_only else len(timings)
+    print(f"{len(timings)} calls, {checked} of {expected} checked identical to full tokenization; "
+          f"{st.repairs} repairs, {st.cold} cold, {st.fallbacks} fallbacks, {st.disagreements} disagreements")
     print(f"first-window (512) acceptance {st.first_window_rate:.4%}; accepted by doubling {st.accepted_at}")
-    if exact != calls:
+    if checked != expected:
         sys.exit("incremental ids differ from full tokenization")
     return rows
+
+
+def each_call(traces: list[Path], template: ChatTemplate, sessions: int, max_calls: int, preamble: str):
+    """(session key, prompt text) per call, rendered afresh (a server renders, then tokenizes)."""
+    for t, trace in enumerate(traces):
+        for s, text in rendered_calls(trace, template, sessions, max_calls, preamble):
+            yield f"{t}/{s}", text
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -166,10 +185,17 @@ def main() -> None:
     ap.add_argument("--no-router", action="store_true")
     ap.add_argument("--nfc", action="store_true", help="the tokenizer normalizes to NFC, as Qwen's "
                     "tokenizer.json asks (incremental normalization; baselines do not normalize)")
-    ap.add_argument("--latency-only", action="store_true", help="time the incremental calls alone: no "
-                    "baselines between them to evict its caches; exactness checked on every 50th call")
+    ap.add_argument("--one-thread", action="store_true", help="compare long prompts on the calling "
+                    "thread only (ZLLM_SCAN_THREADS=1), not with the helper thread")
+    ap.add_argument("--keyless", action="store_true", help="calls carry no session key: each finds its "
+                    "session by the longest shared text prefix (checkpoint hashes)")
+    ap.add_argument("--latency-only", action="store_true", help="the incremental pass only (no baselines); "
+                    "exactness checked on every 50th call")
     args = ap.parse_args()
-    rows = replay(args.trace, args.sessions, args.max_calls, args.baseline_every, args.pad, args.latency_only, args.nfc)
+    if args.one_thread:
+        os.environ["ZLLM_SCAN_THREADS"] = "1"  # read when the first long prompt is compared
+    rows = replay(args.trace, args.sessions, args.max_calls, args.baseline_every, args.pad, args.latency_only,
+                  args.nfc, args.keyless)
     print_bands(rows)
     if args.nfc:
         nfc_cost(trace_text(args.trace[-1], args.router_context))

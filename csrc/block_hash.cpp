@@ -127,8 +127,10 @@ std::array<uint8_t, 16> fast128(const uint8_t* p, size_t n) {
 py::list block_hashes(py::buffer tokens, int64_t block_size, py::bytes parent, py::bytes scope,
                       const std::string& algo) {
   py::buffer_info info = tokens.request();
-  if (info.ndim != 1 || info.itemsize != 4 || info.format.find_first_of("iIl") == std::string::npos)
-    throw std::invalid_argument("tokens must be a 1-D int32 buffer");
+  // The blocks are read straight from the caller's memory (a numpy array, no copy).
+  if (info.ndim != 1 || info.itemsize != 4 || info.format.find_first_of("iIl") == std::string::npos ||
+      (info.shape[0] > 1 && info.strides[0] != 4))
+    throw std::invalid_argument("tokens must be a contiguous 1-D buffer of 4-byte ints");
   if (block_size <= 0) throw std::invalid_argument("block_size must be positive");
   if (algo != "sha256" && algo != "fast128") throw std::invalid_argument("algo must be 'sha256' or 'fast128'");
   const auto* toks = static_cast<const uint8_t*>(info.ptr);

@@ -39,7 +39,9 @@
 #include <optional>
 #include <vector>
 
+#include "scan_helper.h"
 #include "session_text.h"
+#include "token_run.h"
 #include "tokenizer_core.h"
 
 namespace py = pybind11;
@@ -95,15 +97,19 @@ size_t byte_offset(const View& t, size_t chars) {
   return t.size;
 }
 
-// Whether s[start:] holds a surrogate code point (only str of kind 2 or 4 can).
-bool has_surrogates(const py::str& s, Py_ssize_t start) {
-  PyObject* o = s.ptr();
-  const int kind = PyUnicode_KIND(o);
-  const void* data = PyUnicode_DATA(o);
+template <class Char>
+bool any_surrogate(const Char* p, size_t n) {  // branch-free, so it vectorises
   bool found = false;
-  for (Py_ssize_t i = start, n = PyUnicode_GET_LENGTH(o); kind != PyUnicode_1BYTE_KIND && i < n; ++i)
-    found |= (PyUnicode_READ(kind, data, i) & 0xFFFFF800u) == 0xD800u;
+  for (size_t i = 0; i < n; ++i) found |= (uint32_t(p[i]) & 0xFFFFF800u) == 0xD800u;
   return found;
+}
+
+// Whether s[start:] holds a surrogate code point (only str of kind 2 or 4 can).
+bool has_surrogates(const py::str& s, size_t start) {
+  const StrStorage st(s.ptr());
+  if (start >= st.size) return false;
+  if (st.kind == 2) return any_surrogate(static_cast<const uint16_t*>(st.data) + start, st.size - start);
+  return st.kind == 4 && any_surrogate(static_cast<const uint32_t*>(st.data) + start, st.size - start);
 }
 
 CharClass class_at(const uint8_t* t, size_t i, int* len) {
@@ -252,9 +258,8 @@ size_t token_length(const TokenizerCore& core, uint32_t id) {
 // Tokens of t and the code point offset (plus base) where each one ends; a token ending
 // inside a character ends after it (so the token that completes a character ends there too,
 // and exactly the tokens before a character boundary have ends at or before it).
-std::pair<py::array_t<uint32_t>, py::array_t<uint32_t>> encode_with_ends(TokenizerCore& core, const SpecialPolicy& policy,
-                                                                         View t, size_t base) {
-  Tokens tokens;
+void encode_with_ends(TokenizerCore& core, const SpecialPolicy& policy, View t, size_t base, Tokens& tokens,
+                      std::vector<uint32_t>& ends) {
   long bad;
   {
     py::gil_scoped_release nogil;
@@ -263,24 +268,33 @@ std::pair<py::array_t<uint32_t>, py::array_t<uint32_t>> encode_with_ends(Tokeniz
     core.release_cache(std::move(cache));
   }
   if (bad >= 0) throw py::value_error("disallowed special token in text");
-  py::array_t<uint32_t> ids(tokens.size), ends(tokens.size);
-  uint32_t* pi = ids.mutable_data();
-  uint32_t* pe = ends.mutable_data();
+  ends.resize(tokens.size);
   size_t at = 0, chars = base;
+  const uint32_t* offsets = core.model().offsets().data();
   for (size_t k = 0; k < tokens.size; ++k) {
-    const uint32_t id = tokens.ids[k];
-    const size_t end = at + token_length(core, id);
+    // Token lengths are read from a table of the whole vocabulary, cold after other work.
+    if (k + 16 < tokens.size) __builtin_prefetch(offsets + tokens.ids[k + 16]);
+    const size_t end = at + token_length(core, tokens.ids[k]);
     for (; at < end; ++at) chars += !continuation(t.data[at]);
-    pi[k] = id;
-    pe[k] = uint32_t(chars);
+    ends[k] = uint32_t(chars);
   }
-  return {ids, ends};
 }
 
-py::tuple encode_tail(TokenizerCore& core, const SpecialPolicy& policy, const py::str& text, size_t base) {
+// `run` keeps its first k tokens, then the given ones.
+void splice(TokenRun& run, size_t k, const Tokens& tokens, const std::vector<uint32_t>& ends) {
+  auto [ids, at] = run.keep_and_extend(k, tokens.size);
+  std::memcpy(ids, tokens.ids.get(), tokens.size * sizeof(uint32_t));
+  std::memcpy(at, ends.data(), tokens.size * sizeof(uint32_t));
+}
+
+TokenRun encode_tail(TokenizerCore& core, const SpecialPolicy& policy, const py::str& text) {
   Utf8 t(text);
-  auto [ids, ends] = encode_with_ends(core, policy, t.view, base);
-  return py::make_tuple(ids, ends);
+  Tokens tokens;
+  std::vector<uint32_t> ends;
+  encode_with_ends(core, policy, t.view, 0, tokens, ends);
+  TokenRun run;
+  splice(run, 0, tokens, ends);
+  return run;
 }
 
 // Where a repair may splice: re-tokenize from `start` (code points), after old tokens that end
@@ -296,33 +310,35 @@ enum Outcome : int { kSpliced = 0, kNoBoundary = -1, kDisagree = -2 };
 
 // How many old tokens precede the splice, or -1 when the old tokens do not end at the proven
 // boundaries or disagree with the new ones between them.
-long kept_tokens(const uint32_t* old_ids, const uint32_t* old_ends, size_t n_old, const Splice& sp,
-                 const uint32_t* ids, const uint32_t* ends, size_t n) {
+long kept_tokens(const TokenRun& old, const Splice& sp, const Tokens& tokens, const std::vector<uint32_t>& ends) {
+  const uint32_t* old_ends = old.ends();
+  const size_t n_old = old.size(), n = tokens.size;
   const size_t kept = size_t(std::upper_bound(old_ends, old_ends + n_old, uint32_t(sp.start)) - old_ends);
   if (sp.start && (kept == 0 || old_ends[kept - 1] != sp.start)) return -1;
   if (sp.last <= sp.start) return long(kept);
   const size_t upto = size_t(std::upper_bound(old_ends, old_ends + n_old, uint32_t(sp.last)) - old_ends);
   const size_t m = upto - kept;
   if (upto == 0 || old_ends[upto - 1] != sp.last || m > n || (m && ends[m - 1] != sp.last)) return -1;
-  const bool same = std::equal(old_ids + kept, old_ids + upto, ids) && std::equal(old_ends + kept, old_ends + upto, ends);
+  const bool same = std::equal(old.ids() + kept, old.ids() + upto, tokens.ids.get()) &&
+                    std::equal(old_ends + kept, old_ends + upto, ends.data());
   return same ? long(kept) : -1;
 }
 
 // One repair of a session (zllm_core/tokenizer/incremental.py): old and text agree on their
-// first `diverged` code points; old's tokens are old_ids/old_ends. Finds a stable boundary in
-// a window of `window` code points before the divergence (doubling it up to max_doublings
-// times), tokenizes text from there and checks the old tokens against the new ones.
-// Returns (outcome, attempt, start, kept, ids, ends): on kSpliced the session keeps `kept`
-// tokens and appends ids/ends (ends in code points of text).
+// first `diverged` code points; `tokens` are old's. Finds a stable boundary in a window of
+// `window` code points before the divergence (doubling it up to max_doublings times),
+// tokenizes text from there and checks the old tokens against the new ones.
+// Returns (outcome, attempt, start, forked): on kSpliced the new text's tokens from `start`
+// replace those after it, in `tokens` itself, or with fork set in a new TokenRun (`forked`)
+// that leaves `tokens` as it was.
 py::tuple repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& policy, const SessionText& old,
-                 const py::str& text, size_t diverged, py::array_t<uint32_t, py::array::c_style | py::array::forcecast> old_ids,
-                 py::array_t<uint32_t, py::array::c_style | py::array::forcecast> old_ends, size_t window, int max_doublings) {
-  const size_t longest = SpecialIndex(core).longest, n_old = size_t(old_ids.size());
+                 const py::str& text, size_t diverged, TokenRun& tokens, size_t window, int max_doublings, bool fork) {
+  const size_t longest = SpecialIndex(core).longest;
   Splice sp;
   std::optional<Utf8> tail;  // text from the window's base, kept for encoding
   size_t base = 0, start_b = 0;
   for (size_t width = window;; width *= 2, ++sp.attempt) {
-    if (sp.attempt > max_doublings) return py::make_tuple(int(kNoBoundary), sp.attempt, 0, 0, py::none(), py::none());
+    if (sp.attempt > max_doublings) return py::make_tuple(int(kNoBoundary), sp.attempt, 0, py::none());
     if (width >= diverged) {  // the window reaches the text start
       base = sp.start = sp.last = start_b = 0;
       tail.emplace(text);
@@ -341,69 +357,71 @@ py::tuple repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& pol
     break;
   }
   const View from_start{tail->view.data + start_b, tail->view.size - start_b};
-  auto [ids, ends] = encode_with_ends(core, policy, from_start, sp.start);
-  const long kept = kept_tokens(old_ids.data(), old_ends.data(), n_old, sp, ids.data(), ends.data(), size_t(ids.size()));
-  const int outcome = kept < 0 ? kDisagree : kSpliced;
-  return py::make_tuple(outcome, sp.attempt, sp.start, kept, ids, ends);
+  Tokens fresh;
+  std::vector<uint32_t> ends;
+  encode_with_ends(core, policy, from_start, sp.start, fresh, ends);
+  const long kept = kept_tokens(tokens, sp, fresh, ends);
+  if (kept < 0) return py::make_tuple(int(kDisagree), sp.attempt, sp.start, py::none());
+  py::object forked = py::none();
+  if (fork) {
+    TokenRun run = tokens.prefix(size_t(kept));
+    splice(run, size_t(kept), fresh, ends);
+    forked = py::cast(std::move(run));
+  } else {
+    splice(tokens, size_t(kept), fresh, ends);
+  }
+  return py::make_tuple(int(kSpliced), sp.attempt, sp.start, forked);
 }
 
-uint64_t mix(uint64_t h) {
-  h ^= h >> 31;
-  h *= 0x7fb5d329728ea185ull;
-  h ^= h >> 27;
-  h *= 0x81dadef4bc2dd44dull;
-  return h ^ (h >> 33);
-}
-
-// Hash of code points p[0, n) continuing `parent`: four independent lanes, two code points
-// (widened to 32 bits) a word, so a text hashes the same at every storage width.
-template <class Char>
-uint64_t hash_code_points(const Char* p, size_t n, uint64_t parent) {
-  uint64_t lane[4] = {parent, parent ^ 0x9E3779B97F4A7C15ull, ~parent, parent + 0x632be59bd9b4e019ull};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 4; ++k) {
-      const uint64_t w = uint64_t(p[i + 2 * k]) | uint64_t(p[i + 2 * k + 1]) << 32;
-      lane[k] = (lane[k] ^ w) * 0xbf58476d1ce4e5b9ull;
-      lane[k] ^= lane[k] >> 29;
-    }
-  uint64_t h = mix(lane[0] ^ mix(lane[1] ^ mix(lane[2] ^ mix(lane[3]))));
-  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return mix(h ^ n);
-}
-
-// Chained hashes of text at code points (first + 1) * stride, (first + 2) * stride, ...: hash k
-// covers text[:(first + k + 1) * stride] and continues `parent` (the hash at first * stride).
-py::array_t<uint64_t> checkpoint_hashes(const py::str& text, size_t stride, size_t first, uint64_t parent) {
+// Hashes of text's blocks of `stride` code points, blocks first, first + 1, ... (the last full
+// one): each block on its own, so a session's index entries after an edit are recomputed from
+// the edit on, and a lookup can hash just the blocks it probes. Two threads for a long text.
+py::array_t<uint64_t> checkpoint_hashes(const py::str& text, size_t stride, size_t first) {
   const StrStorage s(text.ptr());
   const size_t count = s.size / stride > first ? s.size / stride - first : 0;
   py::array_t<uint64_t> out(count);
   uint64_t* h = out.mutable_data();
-  for (size_t k = 0; k < count; ++k) {
-    const size_t at = (first + k) * stride;
-    switch (s.kind) {
-      case 1: parent = hash_code_points(static_cast<const uint8_t*>(s.data) + at, stride, parent); break;
-      case 2: parent = hash_code_points(static_cast<const uint16_t*>(s.data) + at, stride, parent); break;
-      default: parent = hash_code_points(static_cast<const uint32_t*>(s.data) + at, stride, parent);
-    }
-    h[k] = parent;
+  const auto hash_one = [&](size_t k) {
+    h[k] = hash_code_points(s, (first + k) * stride, stride);
+    return true;
+  };
+  ScanHelper* helper = count * stride >= SessionText::kParallelFrom ? ScanHelper::get() : nullptr;
+  if (helper != nullptr) {
+    helper->first_failing(count, hash_one);
+  } else {
+    for (size_t k = 0; k < count; ++k) hash_one(k);
   }
   return out;
+}
+
+uint64_t block_hash(const py::str& text, size_t block, size_t stride) {
+  const StrStorage s(text.ptr());
+  if ((block + 1) * stride > s.size) throw py::index_error("block past the text's end");
+  return hash_code_points(s, block * stride, stride);
 }
 
 }  // namespace
 
 void register_incremental(py::module_& m) {
+  py::class_<TokenRun>(m, "TokenRun", "A session's token ids and their end offsets (csrc/token_run.h).")
+      .def(py::init<>())
+      .def_property_readonly("size", &TokenRun::size)
+      .def_property_readonly("nbytes", &TokenRun::nbytes)
+      .def_property_readonly("ids", &TokenRun::ids_view, "The ids, a writable view (stale after the next change).")
+      .def_property_readonly("ends", &TokenRun::ends_view, "End offsets in code points, a writable view.")
+      .def("prefix", &TokenRun::prefix, py::arg("k"), "A new TokenRun of the first k tokens.");
   m.def("has_surrogates", &has_surrogates, py::arg("text"), py::arg("start"), "Whether text[start:] holds a surrogate.");
   m.def("stable_boundaries", &stable_boundaries, py::arg("core"), py::arg("grammar"), py::arg("policy"), py::arg("old"),
         py::arg("text"), py::arg("lo"), py::arg("limit"), "(first, last) stable piece boundaries >= lo, proven from the shared text[:limit].");
   m.def("repair", &repair, py::arg("core"), py::arg("grammar"), py::arg("policy"), py::arg("old"), py::arg("text"),
-        py::arg("diverged"), py::arg("old_ids"), py::arg("old_ends"), py::arg("window"), py::arg("max_doublings"),
-        "(outcome, attempt, start, kept, ids, ends): splice text's tokens onto old's at a proven boundary.");
-  m.def("encode_tail", &encode_tail, py::arg("core"), py::arg("policy"), py::arg("text"), py::arg("base"),
-        "(ids, end offsets) of text as uint32 arrays; offsets in code points, plus base.");
+        py::arg("diverged"), py::arg("tokens"), py::arg("window"), py::arg("max_doublings"), py::arg("fork"),
+        "(outcome, attempt, start, forked): splice text's tokens onto old's at a proven boundary.");
+  m.def("encode_tail", &encode_tail, py::arg("core"), py::arg("policy"), py::arg("text"),
+        "A TokenRun of text: its ids and their end offsets in code points.");
   m.def("checkpoint_hashes", &checkpoint_hashes, py::arg("text"), py::arg("stride"), py::arg("first"),
-        py::arg("parent"), "Chained hashes of text at every stride code points after first * stride.");
+        "Hashes of text's full blocks of stride code points, from block `first` on.");
+  m.def("block_hash", &block_hash, py::arg("text"), py::arg("block"), py::arg("stride"),
+        "The hash of text's block `block` (code points [block * stride, (block + 1) * stride)).");
 }
 
 }  // namespace zllm

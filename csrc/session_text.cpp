@@ -1,5 +1,7 @@
 #include "session_text.h"
 
+#include "scan_helper.h"
+
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
@@ -15,6 +17,16 @@ void append_utf8(const Char* p, size_t n, std::string& out) {
   out.resize(at + n * std::min<size_t>(4, sizeof(Char) + 1));
   auto* w = reinterpret_cast<uint8_t*>(out.data()) + at;
   for (size_t i = 0; i < n; ++i) {
+    // Agent text is mostly ASCII even in a str stored at 4 bytes: copy such runs 8 at a time.
+    while (i + 8 <= n) {
+      uint32_t any = 0;
+      for (size_t k = 0; k < 8; ++k) any |= uint32_t(p[i + k]);
+      if (any >= 0x80) break;
+      for (size_t k = 0; k < 8; ++k) w[k] = uint8_t(p[i + k]);
+      w += 8;
+      i += 8;
+    }
+    if (i == n) break;
     const uint32_t c = p[i];
     if (c < 0x80) {
       *w++ = uint8_t(c);
@@ -67,6 +79,50 @@ inline __attribute__((always_inline)) bool same_run(const A* a, const B* b, size
 ZLLM_SIMD_CLONES bool same_1_2(const uint8_t* a, const uint16_t* b, size_t n) { return same_run(a, b, n); }
 ZLLM_SIMD_CLONES bool same_1_4(const uint8_t* a, const uint32_t* b, size_t n) { return same_run(a, b, n); }
 ZLLM_SIMD_CLONES bool same_2_4(const uint16_t* a, const uint32_t* b, size_t n) { return same_run(a, b, n); }
+
+namespace {
+
+uint64_t mix64(uint64_t h) {
+  h ^= h >> 31;
+  h *= 0x7fb5d329728ea185ull;
+  h ^= h >> 27;
+  h *= 0x81dadef4bc2dd44dull;
+  return h ^ (h >> 33);
+}
+
+// 64 independent 32-bit lanes, code point i feeding lane i % 64: a loop the compiler turns into
+// a few vector multiplies per 64 code points with enough of them in flight to keep up with
+// memory. Each step is a bijection of its lane, so a lane loses nothing until the final fold.
+template <class Char>
+inline __attribute__((always_inline)) uint64_t lanes_hash(const Char* p, size_t n) {
+  constexpr size_t kLanes = 64;
+  uint32_t lane[kLanes];
+  for (size_t k = 0; k < kLanes; ++k) lane[k] = uint32_t(k) * 0x9E3779B9u + 1;
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t k = 0; k < kLanes; ++k) {
+      const uint32_t x = (lane[k] ^ uint32_t(p[i + k])) * 0x85ebca6bu;
+      lane[k] = x ^ (x >> 15);
+    }
+  uint64_t h = mix64(n);
+  for (size_t k = 0; k < kLanes; k += 2) h = mix64(h ^ (uint64_t(lane[k]) | uint64_t(lane[k + 1]) << 32));
+  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return mix64(h);
+}
+
+}  // namespace
+
+ZLLM_SIMD_CLONES uint64_t lanes_hash_1(const uint8_t* p, size_t n) { return lanes_hash(p, n); }
+ZLLM_SIMD_CLONES uint64_t lanes_hash_2(const uint16_t* p, size_t n) { return lanes_hash(p, n); }
+ZLLM_SIMD_CLONES uint64_t lanes_hash_4(const uint32_t* p, size_t n) { return lanes_hash(p, n); }
+
+uint64_t hash_code_points(const StrStorage& s, size_t at, size_t n) {
+  switch (s.kind) {
+    case 1: return lanes_hash_1(static_cast<const uint8_t*>(s.data) + at, n);
+    case 2: return lanes_hash_2(static_cast<const uint16_t*>(s.data) + at, n);
+    default: return lanes_hash_4(static_cast<const uint32_t*>(s.data) + at, n);
+  }
+}
 
 namespace {
 
@@ -126,15 +182,28 @@ uint32_t SessionText::code_point(const Chunk& c, size_t i) const {
 
 size_t SessionText::common_prefix(const StrStorage& s) const {
   const size_t n = std::min(size_, s.size);
-  for (size_t k = 0, at = 0; at < n; ++k, at += kChunk) {
+  ScanHelper* helper = n >= kParallelFrom ? ScanHelper::get() : nullptr;
+  if (helper == nullptr) return common_prefix(s, 0, n);
+  const size_t segment = kSegmentChunks * kChunk;
+  const size_t failed = helper->first_failing((n + segment - 1) / segment, [&](size_t k) {
+    const size_t at = k * segment;
+    return common_prefix(s, at, std::min(n, at + segment)) == std::min(n, at + segment);
+  });
+  return failed * segment >= n ? n : common_prefix(s, failed * segment, n);
+}
+
+// Common prefix within [from, to), from at a chunk start: the position of the first differing
+// code point, or `to`.
+size_t SessionText::common_prefix(const StrStorage& s, size_t from, size_t to) const {
+  for (size_t k = from / kChunk, at = from; at < to; ++k, at += kChunk) {
     const Chunk& c = chunks_[k];
-    const size_t len = std::min(kChunk, n - at);
+    const size_t len = std::min(kChunk, to - at);
     if (same_chunk(data_.data() + c.offset, c.width, s, at, len)) continue;
     size_t i = 0;
     while (i < len && code_point(c, i) == s.at(at + i)) ++i;
     return at + i;
   }
-  return n;
+  return to;
 }
 
 void SessionText::replace_from(PyObject* str, size_t shared) {

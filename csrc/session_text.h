@@ -31,9 +31,17 @@ template <class Char>
 void append_utf8(const Char* p, size_t n, std::string& out);
 void append_utf8(const StrStorage& s, size_t from, size_t to, std::string& out);
 
+// Hash of the code points s[at, at + n), the same at every storage width (not cryptographic).
+uint64_t hash_code_points(const StrStorage& s, size_t at, size_t n);
+
 class SessionText {
  public:
   static constexpr size_t kChunk = 256;
+  // Prompts this long are compared on two threads (scan_helper.h), in segments of this many
+  // chunks (16K code points, ~3 us each: short enough that the caller never waits long for
+  // the helper's last one).
+  static constexpr size_t kParallelFrom = 256 * 1024;
+  static constexpr size_t kSegmentChunks = 64;
 
   explicit SessionText(PyObject* s) { replace_from(s, 0); }
 
@@ -53,6 +61,7 @@ class SessionText {
   };
   size_t chunk_size(size_t k) const { return std::min(kChunk, size_ - k * kChunk); }
   uint32_t code_point(const Chunk& c, size_t i) const;
+  size_t common_prefix(const StrStorage& s, size_t from, size_t to) const;
 
   std::vector<uint8_t> data_;
   std::vector<Chunk> chunks_;

@@ -64,3 +64,11 @@ def test_copy_on_write_copies_kv_and_leaves_the_original_to_its_other_owner():
     for k, v in pool.kv_caches:
         assert torch.equal(k[new], k[b]) and torch.equal(v[new], v[b])
     assert pool.copy_on_write(new) == new  # sole owner writes in place
+
+
+def test_a_block_repeated_in_one_call_is_refused_and_nothing_changes():
+    pool = BlockPool(LAYOUT, 4)
+    a, b = pool.allocate(2)
+    with pytest.raises(ValueError, match="appears twice"):
+        pool.free([a, b, a])
+    assert pool.ref_counts[a] == 1 and pool.ref_counts[b] == 1 and pool.num_free == 2

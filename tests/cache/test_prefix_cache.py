@@ -1,6 +1,8 @@
 """The device-tier prefix cache on a real pool: keys, scopes, references, eviction, lookup order."""
 import hashlib
+import random
 from array import array
+from itertools import takewhile
 
 import pytest
 import torch
@@ -139,3 +141,82 @@ def test_both_hash_algorithms_serve_hits(algo):
     cache = PrefixCache(BlockPool(LAYOUT, 32), hash_algo=algo)
     run_request(cache, "a", list(range(10)))
     assert run_request(cache, "b", list(range(10)))[0].num_tokens == 8
+
+
+def test_keyless_lookup_reuses_the_closest_sessions_keys_and_hashes_only_the_rest():
+    cache = PrefixCache(BlockPool(LAYOUT, 64))
+    history = list(range(100, 140))  # ten full blocks
+    run_request(cache, "turn1", history)
+    hashed = cache.stats.hashed_blocks
+    hit = cache.match("turn2", history + list(range(9)), CacheRequest(SCOPE_A))
+    assert hit.num_tokens == 40 and hit.kind == "longest_prefix"
+    assert cache.stats.hashed_blocks - hashed == 2  # the two new usable blocks, not twelve
+
+
+def test_keyless_lookup_finds_blocks_another_branch_registered_past_the_closest_session():
+    cache = PrefixCache(BlockPool(LAYOUT, 64))
+    prefix, theirs = list(range(8)), list(range(50, 66))
+    run_request(cache, "done", prefix + [7] * 8)  # a session sharing two blocks
+    _, running = run_request(cache, "running", prefix + theirs, finish=False)  # no session yet
+    hit = cache.match("next", prefix + theirs + [1, 2, 3], CacheRequest(SCOPE_A))
+    assert hit.blocks == running[:6] and hit.num_tokens == 24
+
+
+def reference_match(cache: PrefixCache, tokens: list[int], scope: bytes):
+    """What a keyless match must find: the leading indexed run of every usable block's key, and
+    the recent session sharing the most tokens (the newest among equals)."""
+    usable = (len(tokens) - 1) // BS
+    blocks = cache.index.lookup(chain_keys(tokens[:usable * BS], BS, scope))
+    shares = [(sum(1 for _ in takewhile(lambda p: p[0] == p[1], zip(s.tokens.tolist(), tokens))), s)
+              for s in cache.sessions.recent(scope)]
+    parent = max(shares, key=lambda pair: pair[0], default=(0, None))[1]
+    return blocks, parent.serial if parent is not None and blocks else None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_keyless_matches_equal_hashing_every_block_and_comparing_every_session(seed):
+    rng = random.Random(seed)
+    cache = PrefixCache(BlockPool(LAYOUT, 4096))
+    convs: list[list[int]] = [[rng.randrange(4) for _ in range(rng.randrange(1, 30))]]
+    running = []
+    for turn in range(60):
+        base = rng.choice(convs)
+        cut = rng.randrange(len(base) + 1) if rng.random() < 0.3 else len(base)
+        tokens = base[:cut] + [rng.randrange(4) for _ in range(rng.randrange(1, 12))]
+        blocks, parent = reference_match(cache, tokens, SCOPE_A)
+        finish = rng.random() < 0.8  # the others stay running: registered, but no session yet
+        hit, table = run_request(cache, f"r{turn}", tokens, finish=finish)
+        assert hit.blocks == blocks, turn
+        if finish:
+            assert next(cache.sessions.recent(SCOPE_A)).parent == parent, turn
+        else:
+            running.append((f"r{turn}", table))
+        convs.append(tokens)
+    for rid, table in running:
+        cache.pool.free(table)
+        cache.release(rid, table)
+
+
+def test_eviction_follows_each_blocks_latest_release():
+    pool = BlockPool(LAYOUT, 32)
+    cache = PrefixCache(pool)
+    _, first = run_request(cache, "first", list(range(12)) + [0])
+    _, second = run_request(cache, "second", list(range(50, 62)) + [0])
+    run_request(cache, "again", list(range(12)) + [1])  # first's blocks, released once more
+    assert cache.evict(3) == 3
+    assert all(pool.ref_counts[b] == 0 for b in second[:3])
+    assert all(pool.ref_counts[b] == 1 for b in first[:3])
+    assert cache.index.num_evictable() == 3
+
+
+def test_releasing_one_prefix_over_and_over_keeps_the_eviction_queue_within_twice_the_pool():
+    pool = BlockPool(LAYOUT, 16)
+    cache = PrefixCache(pool)
+    _, early = run_request(cache, "early", list(range(50, 62)) + [0])
+    prefix = list(range(12))
+    for turn in range(100):
+        run_request(cache, f"t{turn}", prefix + [turn % 7])
+    assert cache.index._queued <= 2 * pool.num_blocks
+    assert cache.evict(3) == 3  # "early" was released before every turn: it goes first
+    assert all(pool.ref_counts[b] == 0 for b in early[:3])
+    assert cache.index.num_evictable() == 3

@@ -31,7 +31,7 @@ def run_all(engine, prompts, params=GREEDY, **kw):
 def full_recompute_logits(engine, tokens):
     """All-position logits of ``tokens`` from one prefill in a fresh set of blocks."""
     pool = engine.pool
-    seq = Sequence("full", list(tokens), len(tokens), GREEDY, arrival=0)
+    seq = Sequence("full", tokens, GREEDY, arrival=0)
     seq.block_table = pool.allocate(-(-len(tokens) // pool.block_size))
     try:
         ids, pos, meta = build_metadata(Batch([Chunk(seq, 0, len(tokens), TaskKind.NEW_PREFILL)]),

@@ -1,6 +1,7 @@
 """The engine on the real demo model: exactness of paged execution, batching, lifecycle."""
 import random
 
+import numpy as np
 import pytest
 import torch
 from engine_helpers import GREEDY, full_recompute_logits, random_prompts, recording, run_all
@@ -103,3 +104,17 @@ def test_prompt_beyond_the_context_length_is_refused(make_engine):
         engine.add_request("oov", [10**7], GREEDY)
     with pytest.raises(ValueError, match="at least one token"):
         engine.add_request("empty", [], GREEDY)
+    with pytest.raises(ValueError, match="integer token ids"):
+        engine.add_request("floats", [1000.0, 1001.5], GREEDY)
+    with pytest.raises(ValueError, match="integer token ids"):
+        engine.add_request("nested", [[1000, 1001]], GREEDY)
+
+
+def test_a_uint32_array_prompt_runs_like_the_same_list_and_hooks_see_every_token(make_engine):
+    prompt = random_prompts(1, 30, 31, seed=7)[0]
+    seen = []
+    params = SamplingParams(max_tokens=6, temperature=0.0,
+                            logits_hook=lambda tokens, row: seen.append(tokens.tolist()))
+    (out,) = run_all(make_engine(), [np.array(prompt, dtype=np.uint32)], params)
+    assert out == run_all(make_engine(), [prompt], SamplingParams(max_tokens=6, temperature=0.0))[0]
+    assert seen == [prompt + out[:i] for i in range(len(out))]

@@ -9,7 +9,7 @@ from zllm_core.engine.sequence import Sequence
 
 
 def seq(**params) -> Sequence:
-    s = Sequence("s", [1], 1, SamplingParams(**params), 0)
+    s = Sequence("s", [1], SamplingParams(**params), 0)
     if s.params.seed is not None:
         s.generator = torch.Generator().manual_seed(s.params.seed)
     return s

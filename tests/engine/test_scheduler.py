@@ -11,7 +11,7 @@ LAYOUT = KVLayout(num_layers=1, num_kv_heads=1, head_dim=4, dtype=torch.float32,
 
 
 def make_seq(i: int, n: int) -> Sequence:
-    return Sequence(f"r{i}", list(range(n)), n, SamplingParams(max_tokens=4), arrival=i)
+    return Sequence(f"r{i}", list(range(n)), SamplingParams(max_tokens=4), arrival=i)
 
 
 def advance(batch):
@@ -19,7 +19,7 @@ def advance(batch):
     for c in batch.chunks:
         c.seq.num_computed += c.length
         if c.samples:
-            c.seq.token_ids.append(0)
+            c.seq.append(0)
 
 
 def test_long_prompt_is_chunked_new_then_append():

@@ -161,16 +161,60 @@ def test_keyless_calls_find_the_session_by_prefix(tokenizers):
     assert inc.stats.repairs == 2 and inc.stats.cold == 2  # checkpoints hash code points, not storage
 
 
+def test_checkpoint_hashes_cover_their_block_and_ignore_storage_width():
+    stride = 4096
+    text = "def f(x): return x \u00e9\n" * 16_000  # 384K code points: hashed on two threads
+    full = _native.checkpoint_hashes(text, stride, 0)
+    assert len(full) == len(text) // stride
+    assert [_native.block_hash(text, k, stride) for k in (0, 7, len(full) - 1)] == [full[0], full[7], full[-1]]
+    assert (_native.checkpoint_hashes(text, stride, 30) == full[30:]).all()
+    for wider in (text + "\u03a9", text + "\U0001F600"):  # stored at 2 and at 4 bytes
+        assert (_native.checkpoint_hashes(wider, stride, 0)[:len(full)] == full).all()
+    at = 50 * stride + 7
+    edited = _native.checkpoint_hashes(text[:at] + "#" + text[at + 1:], stride, 0)
+    assert (edited != full).nonzero()[0].tolist() == [50]
+
+
+def test_keyless_lookup_takes_the_session_holding_the_latest_block_and_a_sample_before(tokenizers):
+    tok = tokenizers["qwen2"]
+    inc = IncrementalTokenizer(tok, shadow_rate=0)
+    stride = inc.store.stride
+    a = "".join(f"line {i} of conversation a\n" for i in range(8 * stride // 20))
+    b = "".join(f"line {i} of conversation b\n" for i in range(8 * stride // 20))
+    shared = "system prompt and tools\n" * (stride // 8)  # two blocks both conversations hold
+    tail = "tool output repeated in both\n" * (stride // 8)
+    inc.encode(shared + a + tail, "s")
+    inc.encode(shared + b + tail, "s")  # forks a after the shared blocks
+    assert inc.store.stats.sessions == 2
+    # b now holds the tail's blocks at the same indices as a: a's continuation must see past them
+    for text in (shared + a + tail + "next\n", shared + b + tail + "next\n"):
+        assert inc.encode(text, "s").tolist() == tok.encode(text)
+    assert inc.stats.cold == 1 and inc.stats.repairs == 3 and inc.store.stats.sessions == 2
+
+
 def test_keyless_fork_keeps_the_original_conversation(tokenizers):
     tok = tokenizers["qwen2"]
     inc = IncrementalTokenizer(tok, shadow_rate=0)
     base = LINES * 400
-    inc.encode(base + "first branch\n", "s")
-    inc.encode(base + "second branch\n", "s")  # shares base: a fork, the first stays
+    first = base + "first branch\n" + LINES * 100  # a long tail after the branch point
+    inc.encode(first, "s")
+    inc.encode(base + "second branch\n", "s")  # would discard the long tail: a fork
     assert inc.store.stats.sessions == 2
-    text = base + "first branch\nmore\n"
+    text = first + "more\n"
     assert inc.encode(text, "s").tolist() == tok.encode(text)
-    assert inc.stats.cold == 1
+    assert inc.stats.cold == 1 and inc.store.stats.sessions == 2
+
+
+def test_keyless_call_discarding_a_short_tail_continues_in_place(tokenizers):
+    """A template that re-renders the last turn (dropping its reasoning) discards a short tail:
+    copying the whole session for it would cost more than a sibling re-tokenizing it."""
+    tok = tokenizers["qwen2"]
+    inc = IncrementalTokenizer(tok, shadow_rate=0)
+    base = LINES * 400
+    inc.encode(base + "[reasoning]answer\n", "s")
+    for text in (base + "answer\nnext question\n", base + "[reasoning]answer\nagain\n"):
+        assert inc.encode(text, "s").tolist() == tok.encode(text)
+    assert inc.store.stats.sessions == 1 and inc.stats.cold == 1 and inc.stats.repairs == 2
 
 
 def test_sessions_are_evicted_least_recently_used_first(tokenizers):

@@ -55,3 +55,21 @@ def test_a_copy_is_independent():
     copy = text.copy()
     text.replace_from("abc" * 100 + "zz", 300)
     assert str(copy) == "abc" * 200 and str(text) == "abc" * 100 + "zz"
+
+
+def test_long_prompts_compare_on_two_threads_and_find_the_first_difference():
+    """From 256K code points the compare runs in 16K-code-point segments shared with a helper
+    thread; the first difference must still be found wherever it falls, whichever thread
+    scans its segment, and with a later segment differing too."""
+    segment, n = 64 * CHUNK, 300_000
+    base = ("lorem ipsum é\n" * (n // 14 + 1))[:n - 1] + "😀"  # stored at 4 bytes a character
+    text = _native.SessionText(base)
+    for at in [0, 1, segment - 1, segment, 5 * segment + 17, n // 2, n - segment, n - 2, n - 1]:
+        changed = base[:at] + "#" + base[at + 1:]
+        assert text.common_prefix(changed) == at
+        later = min(at + segment + 3, n - 1)
+        assert text.common_prefix(changed[:later] + "#" + changed[later + 1:]) == at
+    assert text.common_prefix(base) == n
+    assert text.common_prefix(base + "tail") == n and text.common_prefix(base[:-5]) == n - 5
+    for _ in range(200):  # the helper thread joins some scans and not others
+        assert text.common_prefix(base[:n // 3] + "#") == n // 3

@@ -5,15 +5,13 @@ every earlier block and its own tokens are identical.
 """
 from __future__ import annotations
 
-from array import array
-from typing import Sequence
-
 from zllm_core import _native
+from zllm_core.cache.token_ids import TokenIds, token_array
 
 HASH_ALGOS = ("sha256", "fast128")
 
 
-def chain_keys(tokens: Sequence[int], block_size: int, scope: bytes, parent: bytes = b"",
+def chain_keys(tokens: TokenIds, block_size: int, scope: bytes, parent: bytes = b"",
                algo: str = "sha256") -> list[bytes]:
     """Keys of every full block of ``tokens``, continuing the chain after ``parent``."""
-    return _native.block_hashes(array("i", tokens), block_size, parent, scope, algo)
+    return _native.block_hashes(token_array(tokens), block_size, parent, scope, algo)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Sequence
 
+import numpy as np
 import torch
 
 
@@ -41,7 +43,10 @@ class BlockPool:
         self.kv_caches = [(torch.zeros(shape, dtype=layout.dtype, device=device),
                            torch.zeros(shape, dtype=layout.dtype, device=device))
                           for _ in range(layout.num_layers)]
-        self.ref_counts = [0] * num_blocks
+        # Counts change a whole block table at a time (18K blocks for a 300K-token context):
+        # numpy updates them in one pass.
+        self.ref_counts = np.zeros(num_blocks, dtype=np.int32)
+        self._slot = np.zeros(num_blocks, dtype=np.intp)  # scratch for _distinct
         self._free: deque[int] = deque(range(num_blocks))
 
     @classmethod
@@ -77,30 +82,40 @@ class BlockPool:
         return self.num_used * self.layout.bytes_per_block
 
     def is_empty(self) -> bool:
-        return len(self._free) == self.num_blocks and not any(self.ref_counts)
+        return len(self._free) == self.num_blocks and not self.ref_counts.any()
 
     def allocate(self, n: int) -> list[int]:
         if n > len(self._free):
             raise OutOfBlocks(f"need {n} blocks, {len(self._free)} free")
         ids = [self._free.popleft() for _ in range(n)]
-        for b in ids:
-            self.ref_counts[b] = 1
+        self.ref_counts[ids] = 1
         return ids
 
-    def incref(self, block_ids: list[int]) -> None:
-        for b in block_ids:
-            if self.ref_counts[b] <= 0:
-                raise ValueError(f"block {b} is free; it cannot be shared")
-            self.ref_counts[b] += 1
+    def incref(self, block_ids: Sequence[int]) -> None:
+        ids = self._distinct(block_ids)
+        refs = self.ref_counts[ids]
+        if (refs <= 0).any():
+            raise ValueError(f"block {ids[refs <= 0][0]} is free; it cannot be shared")
+        self.ref_counts[ids] = refs + 1
 
-    def free(self, block_ids: list[int]) -> None:
+    def free(self, block_ids: Sequence[int]) -> None:
         """Drop one reference from each block; a block with none left is free again."""
-        for b in block_ids:
-            if self.ref_counts[b] <= 0:
-                raise ValueError(f"block {b} freed more often than it was referenced")
-            self.ref_counts[b] -= 1
-            if self.ref_counts[b] == 0:
-                self._free.append(b)
+        ids = self._distinct(block_ids)
+        refs = self.ref_counts[ids]
+        if (refs <= 0).any():
+            raise ValueError(f"block {ids[refs <= 0][0]} freed more often than it was referenced")
+        self.ref_counts[ids] = refs - 1
+        self._free.extend(ids[refs == 1].tolist())
+
+    def _distinct(self, block_ids: Sequence[int]) -> np.ndarray:
+        """The ids as an index array, refused if one repeats: a vectorised update would count
+        a repeated block once (each block table holds a block once)."""
+        ids = np.asarray(block_ids, dtype=np.intp)
+        order = np.arange(len(ids))
+        self._slot[ids] = order
+        if not np.array_equal(self._slot[ids], order):
+            raise ValueError("a block appears twice in one call")
+        return ids
 
     def fork(self, block_ids: list[int]) -> list[int]:
         """A second owner of the same blocks (e.g. a branch of a conversation): no copy."""

@@ -13,10 +13,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
+import numpy as np
+
 from zllm_core.cache.block_hash import chain_keys
 from zllm_core.cache.block_pool import BlockPool
 from zllm_core.cache.prefix_index import PrefixIndex
-from zllm_core.cache.terminal_sessions import TerminalSession, TerminalSessions, common_prefix
+from zllm_core.cache.terminal_sessions import TerminalSession, TerminalSessions
+from zllm_core.cache.token_ids import TokenIds, common_prefix, token_array
 
 log = logging.getLogger("zllm.cache")
 
@@ -55,6 +58,7 @@ class CacheStats:
     cached_tokens: int = 0
     lookups: Counter = field(default_factory=Counter)
     near_misses: int = 0
+    hashed_blocks: int = 0  # block keys computed; blocks shared with a resident session reuse its keys
 
     @property
     def token_hit_rate(self) -> float:
@@ -82,17 +86,20 @@ class PrefixCache:
         self._describe = describe  # tokens -> text, for diagnostics only
         self._live: dict[str, _Live] = {}
 
-    def keys(self, tokens: Sequence[int], scope: bytes, parent: bytes = b"") -> list[bytes]:
-        return chain_keys(tokens, self.block_size, scope, parent, self.hash_algo)
+    def keys(self, tokens: np.ndarray, scope: bytes, parent: bytes = b"") -> list[bytes]:
+        keys = chain_keys(tokens, self.block_size, scope, parent, self.hash_algo)
+        self.stats.hashed_blocks += len(keys)
+        return keys
 
     # -- lookup -------------------------------------------------------------------------
 
-    def match(self, request_id: str, tokens: Sequence[int], request: CacheRequest,
+    def match(self, request_id: str, tokens: TokenIds, request: CacheRequest,
               count: bool = True) -> PrefixMatch:
         """Find and adopt the longest reusable prefix of ``tokens``.
 
         ``count`` is false when a preempted or deferred request matches again, so the
         hit-rate counters see each request once."""
+        tokens = token_array(tokens)
         usable = (len(tokens) - 1) // self.block_size  # full blocks before the final token
         # Diagnostics run once per request, not again when a deferred request re-matches.
         found = (self._match_by_id(tokens, request, usable, count)
@@ -108,7 +115,7 @@ class PrefixCache:
             self.stats.lookups[kind] += 1
         return PrefixMatch(blocks, n, kind)
 
-    def _match_by_id(self, tokens, request: CacheRequest, usable: int, diagnose: bool):
+    def _match_by_id(self, tokens: np.ndarray, request: CacheRequest, usable: int, diagnose: bool):
         if request.cache_id is None:
             return None
         session = self.sessions.latest(request.scope, request.cache_id)
@@ -123,19 +130,34 @@ class PrefixCache:
             self._check_near_miss(tokens, session, shared)
         return keys, blocks, "exact_id", session
 
-    def _match_longest(self, tokens, request: CacheRequest, usable: int, diagnose: bool):
-        keys = self.keys(tokens[:usable * self.block_size], request.scope)
-        blocks = self.index.lookup(keys)
+    def _match_longest(self, tokens: np.ndarray, request: CacheRequest, usable: int, diagnose: bool):
         # The resident session sharing the most is this request's parent, and the one a
         # fork would be diagnosed against.
-        shared, parent = max(((self._shared_with(s, tokens, keys), s) for s in self.sessions.recent(request.scope)),
-                             key=lambda pair: pair[0], default=(0, None))
+        shared, parent, keys = self._closest_session(tokens, request.scope, usable)
+        blocks = self.index.lookup(keys)
+        self._lookup_beyond(tokens, request.scope, usable, keys, blocks)
         if parent is not None and diagnose:
             self._check_near_miss(tokens, parent, shared)
         return keys, blocks, ("longest_prefix" if blocks else "cold"), parent if blocks else None
 
-    def _shared_with(self, session: TerminalSession, tokens, keys: list[bytes]) -> int:
-        """Tokens shared with a session: equal chain keys imply equal prefixes, so bisect."""
+    def _closest_session(self, tokens: np.ndarray, scope: bytes, usable: int):
+        """The recent session of ``scope`` sharing the most tokens (the newest among equals),
+        how many it shares, and the chain keys of the request's leading blocks that sessions
+        already hold: equal scope and equal tokens make equal keys, so those need no hashing."""
+        known: Sequence[bytes] = ()
+        shared, parent = 0, None
+        for session in self.sessions.recent(scope):
+            n = self._shared_with(session, tokens, known)
+            blocks = min(n // self.block_size, usable, len(session.keys))
+            if blocks > len(known):
+                known = session.keys[:blocks]
+            if parent is None or n > shared:
+                shared, parent = n, session
+        return shared, parent, list(known)
+
+    def _shared_with(self, session: TerminalSession, tokens: np.ndarray, keys: Sequence[bytes]) -> int:
+        """Tokens shared with a session, given the keys of the request's leading blocks known so
+        far: equal chain keys imply equal prefixes, so bisect them, then compare tokens."""
         lo, hi = 0, min(len(keys), len(session.keys))
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -148,25 +170,39 @@ class PrefixCache:
         end = start + self.block_size if lo < min(len(keys), len(session.keys)) else None
         return start + common_prefix(session.tokens[start:end], tokens[start:end])
 
-    def _check_near_miss(self, tokens, session: TerminalSession, shared: int) -> None:
+    def _lookup_beyond(self, tokens: np.ndarray, scope: bytes, usable: int, keys: list[bytes],
+                       blocks: list[int]) -> None:
+        """Extend ``keys`` and ``blocks`` (all of whose keys are indexed) past what the sessions
+        knew: another branch (still running, or whose session was dropped) may have registered
+        more. Runs of doubling length are hashed while every key so far is found."""
+        step = 16
+        while len(blocks) == len(keys) < usable:
+            end = min(usable, len(keys) + step)
+            more = self.keys(tokens[len(keys) * self.block_size:end * self.block_size], scope,
+                             keys[-1] if keys else b"")
+            keys += more
+            blocks += self.index.lookup(more)
+            step *= 2
+
+    def _check_near_miss(self, tokens: np.ndarray, session: TerminalSession, shared: int) -> None:
         """Log a request that shares most of a resident prefix but forks before its end."""
         total = len(session.tokens)
         if (shared < NEAR_MISS_MIN_TOKENS or shared <= NEAR_MISS_MIN_FRACTION * total
                 or shared >= total or shared >= len(tokens)):
             return
         lo, hi = max(0, shared - 8), shared + 8
-        miss = NearMiss(shared, shared, total, self._describe(tokens[lo:hi]),
-                        self._describe(list(session.tokens[lo:hi])))
+        miss = NearMiss(shared, shared, total, self._describe(tokens[lo:hi].tolist()),
+                        self._describe(session.tokens[lo:hi].tolist()))
         self.near_misses.append(miss)
         del self.near_misses[:-32]
         self.stats.near_misses += 1
         log.warning("prefix near-miss at token %d of a %d-token resident prefix: request has "
                     "%r (ids %s), resident has %r (ids %s)", shared, total, miss.ours,
-                    list(tokens[shared:hi]), miss.theirs, list(session.tokens[shared:hi]))
+                    tokens[shared:hi].tolist(), miss.theirs, session.tokens[shared:hi].tolist())
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    def commit(self, request_id: str, tokens: Sequence[int], block_table: Sequence[int],
+    def commit(self, request_id: str, tokens: TokenIds, block_table: Sequence[int],
                num_computed: int) -> None:
         """Index blocks this request has just completed (in prefill or decode)."""
         live = self._live.get(request_id)
@@ -176,11 +212,12 @@ class PrefixCache:
         if full > len(live.keys):
             parent = live.keys[-1] if live.keys else b""
             start = len(live.keys) * self.block_size
-            live.keys += self.keys(tokens[start:full * self.block_size], live.request.scope, parent)
+            new_blocks = token_array(tokens)[start:full * self.block_size]
+            live.keys += self.keys(new_blocks, live.request.scope, parent)
         self.index.register(live.keys[live.registered:full], block_table[live.registered:full])
         live.registered = max(live.registered, full)
 
-    def release(self, request_id: str, blocks: Sequence[int], tokens: Optional[Sequence[int]] = None) -> None:
+    def release(self, request_id: str, blocks: Sequence[int], tokens: Optional[TokenIds] = None) -> None:
         """The request let go of ``blocks`` (already freed in the pool). With ``tokens``, it
         finished successfully and its terminal state stays resident for the next turn."""
         live = self._live.pop(request_id, None)

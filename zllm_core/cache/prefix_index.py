@@ -6,8 +6,10 @@ keys and block ids, never tokens' meaning.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from typing import Sequence
+
+import numpy as np
 
 from zllm_core.cache.block_pool import BlockPool
 
@@ -17,7 +19,14 @@ class PrefixIndex:
         self.pool = pool
         self._block_of: dict[bytes, int] = {}
         self._key_of: dict[int, bytes] = {}
-        self._unused: OrderedDict[int, None] = OrderedDict()  # front = evicted first
+        self._indexed = np.zeros(pool.num_blocks, dtype=bool)
+        # Eviction order: releases oldest first, each a user's indexed blocks tail first. A
+        # block counts at its latest release only, so releasing a 300K-token context is a few
+        # numpy passes, not 18K moves in a queue.
+        self._releases: deque[tuple[int, np.ndarray]] = deque()
+        self._released_at = np.zeros(pool.num_blocks, dtype=np.int64)
+        self._clock = 0
+        self._queued = 0  # entries in _releases, those that no longer count included
         self.num_evicted = 0
 
     def __len__(self) -> int:
@@ -25,29 +34,27 @@ class PrefixIndex:
 
     def lookup(self, keys: Sequence[bytes]) -> list[int]:
         """Blocks of the longest run of leading keys present in the index."""
-        blocks = []
-        for key in keys:
-            block = self._block_of.get(key)
-            if block is None:
-                break
-            blocks.append(block)
-        return blocks
+        # All keys at C speed, then cut at the first miss: callers pass keys that are mostly hits.
+        blocks = list(map(self._block_of.get, keys))
+        return blocks[:blocks.index(None)] if None in blocks else blocks
 
-    def adopt(self, blocks: Sequence[int]) -> list[int]:
-        """A new user takes the blocks by reference: no copy, one more reference each."""
-        self.pool.incref(list(blocks))
-        for b in blocks:
-            self._unused.pop(b, None)
-        return list(blocks)
+    def adopt(self, blocks: Sequence[int]) -> None:
+        """A new user takes the blocks by reference: no copy, one more reference each.
+        Eviction skips them while they are in use; their next release queues them again."""
+        self.pool.incref(blocks)
 
     def register(self, keys: Sequence[bytes], blocks: Sequence[int]) -> None:
         """Index newly completed full blocks (still in use by the sequence that filled them)."""
+        new = []
         for key, block in zip(keys, blocks):
             if key in self._block_of or block in self._key_of:
                 continue  # an identical block is already indexed; this copy stays private
-            self.pool.incref([block])
             self._block_of[key] = block
             self._key_of[block] = key
+            new.append(block)
+        if new:  # most engine steps complete no block
+            self._indexed[new] = True
+            self.pool.incref(new)
 
     def released(self, blocks: Sequence[int]) -> None:
         """A user let go of ``blocks``; those only the index still holds become evictable.
@@ -55,30 +62,73 @@ class PrefixIndex:
         They join as the most recent, walked from the tail so a finished request's last
         block is evicted before its prefix, which later requests are likelier to share.
         """
-        for b in reversed(blocks):
-            if b in self._key_of and self.pool.ref_counts[b] == 1:
-                self._unused[b] = None
-                self._unused.move_to_end(b)
+        ids = np.asarray(blocks, dtype=np.intp)[::-1]
+        ids = ids[self._indexed[ids]]
+        if ids.size:
+            self._clock += 1
+            self._released_at[ids] = self._clock
+            self._enqueue(self._clock, ids)
+        if self._queued > 2 * self.pool.num_blocks:
+            self._compact()
 
     def evict(self, n: int) -> int:
         """Free up to ``n`` unused blocks; a block in use is never touched."""
         freed = 0
-        while freed < n and self._unused:
-            block, _ = self._unused.popitem(last=False)
-            self._drop(block)
-            freed += 1
+        while freed < n and self._releases:
+            freed += self._evict_oldest_release(n - freed)
         self.num_evicted += freed
         return freed
 
+    def _evict_oldest_release(self, n: int) -> int:
+        """Evict up to ``n`` blocks of the oldest release in its order; the rest stays queued."""
+        clock, ids = self._releases.popleft()
+        self._queued -= ids.size
+        ids = self._still_counting(clock, ids)
+        victims = []
+        for i in range(len(ids)):
+            if len(victims) == n:
+                self._enqueue(clock, ids[i:], oldest=True)
+                break
+            block = int(ids[i])
+            if self.pool.ref_counts[block] == 1:  # else adopted again: its release requeues it
+                self._unindex(block)
+                victims.append(block)
+        self.pool.free(victims)
+        return len(victims)
+
+    def _still_counting(self, clock: int, ids: np.ndarray) -> np.ndarray:
+        """The blocks of a release neither released again since nor evicted."""
+        return ids[(self._released_at[ids] == clock) & self._indexed[ids]]
+
+    def _enqueue(self, clock: int, ids: np.ndarray, oldest: bool = False) -> None:
+        if oldest:
+            self._releases.appendleft((clock, ids))
+        else:
+            self._releases.append((clock, ids))
+        self._queued += ids.size
+
+    def _compact(self) -> None:
+        """Drop entries that no longer count, so the queue stays within twice the pool when
+        requests keep releasing the same prefix and nothing is evicted."""
+        releases, self._releases, self._queued = self._releases, deque(), 0
+        for clock, ids in releases:
+            ids = self._still_counting(clock, ids)
+            if ids.size:
+                self._enqueue(clock, ids)
+
     def num_evictable(self) -> int:
-        return len(self._unused)
+        return sum(self.pool.ref_counts[b] == 1 for b in self._key_of)
 
     def clear(self) -> None:
         """Drop the index's reference on every block (blocks in use stay with their users)."""
-        for block in list(self._key_of):
-            self._drop(block)
-        self._unused.clear()
+        blocks = list(self._key_of)
+        for block in blocks:
+            self._unindex(block)
+        self.pool.free(blocks)
+        self._releases.clear()
+        self._queued = 0
 
-    def _drop(self, block: int) -> None:
+    def _unindex(self, block: int) -> None:
+        """Forget the block's key; the caller drops the index's reference."""
         del self._block_of[self._key_of.pop(block)]
-        self.pool.free([block])
+        self._indexed[block] = False

@@ -6,10 +6,13 @@ unused blocks releases only what no branch is using.
 """
 from __future__ import annotations
 
-from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
+
+import numpy as np
+
+from zllm_core.cache.token_ids import TOKEN_DTYPE, TokenIds
 
 
 @dataclass(frozen=True)
@@ -17,23 +20,10 @@ class TerminalSession:
     serial: int
     cache_id: Optional[str]
     scope: bytes
-    tokens: array  # int32 token ids: prompt and output
+    tokens: np.ndarray  # int32 token ids, prompt and output (read-only)
     keys: tuple[bytes, ...]  # chain keys of its computed full blocks
     parent: Optional[int]
     round: int
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    # Slices compare at C speed only between equal types (an array never equals a list).
-    a, b = (x if isinstance(x, array) else array("i", x) for x in (a, b))
-    n = min(len(a), len(b))
-    i = 0
-    step = 4096  # compare in slices: C-speed equality, Python only at the divergence
-    while i + step <= n and a[i:i + step] == b[i:i + step]:
-        i += step
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class TerminalSessions:
@@ -48,10 +38,12 @@ class TerminalSessions:
     def __len__(self) -> int:
         return len(self._all)
 
-    def record(self, cache_id: Optional[str], scope: bytes, tokens: Sequence[int], keys: Sequence[bytes],
+    def record(self, cache_id: Optional[str], scope: bytes, tokens: TokenIds, keys: Sequence[bytes],
                parent: Optional[TerminalSession]) -> TerminalSession:
         self._serial += 1
-        session = TerminalSession(self._serial, cache_id, scope, array("i", tokens), tuple(keys),
+        tokens = np.array(tokens, dtype=TOKEN_DTYPE)  # one copy: the caller's buffer moves on
+        tokens.flags.writeable = False
+        session = TerminalSession(self._serial, cache_id, scope, tokens, tuple(keys),
                                   parent.serial if parent else None, parent.round + 1 if parent else 0)
         self._all[session.serial] = session
         self._num_tokens += len(session.tokens)

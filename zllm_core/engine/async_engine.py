@@ -13,7 +13,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Optional
 
+import numpy as np
+
 from zllm_core.cache.scope import CacheHint
+from zllm_core.cache.token_ids import TokenIds
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine, RequestOutput
 from zllm_core.engine.sampling_params import SamplingParams
 
@@ -71,17 +74,22 @@ class AsyncEngine:
         """The engine's counters, read from the caller's thread (see LLMEngine.metrics)."""
         return self.engine.metrics()
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams,
+    async def generate(self, prompt_ids: TokenIds, params: SamplingParams,
                        request_id: Optional[str] = None,
                        cache: Optional[CacheHint] = CacheHint()) -> AsyncIterator[GenerationEvent]:
+        """Stream a request's events; ``prompt_ids`` is an integer array (or a list)."""
         rid = request_id or f"req-{next(self._ids)}"
         if self._closed:
             raise EngineError("the engine is shut down", refused=False)
         if rid in self._sinks:
             raise EngineError(f"request id {rid!r} is already running", refused=True)
+        try:
+            prompt = np.array(prompt_ids)  # a snapshot (one memcpy): the engine thread reads it later
+        except ValueError as exc:  # ragged nesting; the engine refuses every other bad prompt
+            raise EngineError(f"prompt token ids: {exc}", refused=True) from None
         sink: asyncio.Queue = asyncio.Queue()
         self._sinks[rid] = (asyncio.get_running_loop(), sink)
-        self._submit(("add", rid, list(prompt_ids), params, cache))
+        self._submit(("add", rid, prompt, params, cache))
         finished = False
         try:
             while True:

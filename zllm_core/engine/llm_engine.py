@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence as Seq
+from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from zllm_core.cache.block_pool import BlockPool, KVLayout
 from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
 from zllm_core.cache.scope import CacheHint, Scope, model_manifest, tokenizer_manifest
+from zllm_core.cache.token_ids import TokenIds
 from zllm_core.engine.detokenizer import StreamDetokenizer
 from zllm_core.engine.model_runner import ModelRunner
 from zllm_core.engine.sampler import apply_hooks, sample
@@ -96,13 +98,15 @@ class LLMEngine:
 
     # -- requests ---------------------------------------------------------------------
 
-    def add_request(self, request_id: str, prompt_ids: Seq[int], params: SamplingParams,
+    def add_request(self, request_id: str, prompt_ids: TokenIds, params: SamplingParams,
                     cache: Optional[CacheHint] = CacheHint()) -> None:
-        """Queue a request. ``cache=None`` keeps it out of the prefix cache entirely."""
+        """Queue a request; ``prompt_ids`` is an integer array (or a list) the sequence copies.
+        ``cache=None`` keeps it out of the prefix cache entirely."""
         if request_id in self._seqs:
             raise ValueError(f"request id {request_id!r} is already in use")
+        prompt_ids = np.asarray(prompt_ids)
         self._validate_prompt(prompt_ids)
-        seq = Sequence(request_id, list(prompt_ids), len(prompt_ids), params, next(self._arrivals))
+        seq = Sequence(request_id, prompt_ids, params, next(self._arrivals))
         if cache is not None and self.cache is not None:
             seq.cache = CacheRequest(cache.scope(self.scope).digest(), cache.cache_id)
         if params.seed is not None:
@@ -112,14 +116,16 @@ class LLMEngine:
             self._detok[request_id] = StreamDetokenizer(self.tokenizer.decode_bytes, params.stop)
         self.scheduler.add(seq)
 
-    def _validate_prompt(self, prompt_ids: Seq[int]) -> None:
-        if not prompt_ids:
+    def _validate_prompt(self, prompt_ids: np.ndarray) -> None:
+        if prompt_ids.size == 0:
             raise ValueError("prompt must contain at least one token")
+        if prompt_ids.ndim != 1 or prompt_ids.dtype.kind not in "iu":
+            raise ValueError("prompt must be a flat sequence of integer token ids")
         if len(prompt_ids) >= self.max_model_len:
             raise ValueError(f"prompt has {len(prompt_ids)} tokens; the context length is "
                              f"{self.max_model_len} and at least one token must be generated")
         vocab = self.model.config.vocab_size
-        lo, hi = min(prompt_ids), max(prompt_ids)
+        lo, hi = int(prompt_ids.min()), int(prompt_ids.max())
         if lo < 0 or hi >= vocab:
             raise ValueError(f"prompt token id {lo if lo < 0 else hi} is outside the vocabulary (size {vocab})")
         capacity = self.pool.capacity_tokens
@@ -160,6 +166,7 @@ class LLMEngine:
                 "requests": stats.requests, "prompt_tokens": stats.prompt_tokens,
                 "cached_tokens": stats.cached_tokens, "token_hit_rate": stats.token_hit_rate,
                 "lookups": dict(stats.lookups), "near_misses": stats.near_misses,
+                "hashed_blocks": stats.hashed_blocks,
                 "evictions": self.cache.index.num_evicted, "indexed_blocks": len(self.cache.index),
             }
         return out
@@ -189,7 +196,7 @@ class LLMEngine:
         return self._output(seq, [], "", error=f"{type(exc).__name__}: {exc}")
 
     def _append(self, seq: Sequence, token: int) -> RequestOutput:
-        seq.token_ids.append(token)
+        seq.append(token)
         reason = self._stop_reason(seq, token)
         detok = self._detok.get(seq.request_id)
         text = ""

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
+import numpy as np
 import torch
 
 # A per-request hook between the output head and sampling: it receives the tokens so far
-# and edits that request's logits row in place (token fences mask here).
-LogitsHook = Callable[[Sequence[int], torch.Tensor], None]
+# (a read-only int32 array) and edits that request's logits row in place (token fences mask here).
+LogitsHook = Callable[[np.ndarray, torch.Tensor], None]
 
 
 @dataclass

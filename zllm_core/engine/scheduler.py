@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
+import numpy as np
+
 from zllm_core.cache.block_pool import BlockPool
 from zllm_core.cache.prefix_cache import PrefixCache
 from zllm_core.engine.sequence import Sequence, Status
@@ -118,9 +120,10 @@ class Scheduler:
     # -- blocks -----------------------------------------------------------------------
 
     def _release(self, seq: Sequence, keep_terminal: bool = False) -> None:
-        self.pool.free(seq.block_table)
+        table = np.asarray(seq.block_table, dtype=np.intp)  # converted once for pool and cache
+        self.pool.free(table)
         if self.cache is not None and seq.cache is not None:
-            self.cache.release(seq.request_id, seq.block_table, seq.token_ids if keep_terminal else None)
+            self.cache.release(seq.request_id, table, seq.token_ids if keep_terminal else None)
         seq.block_table = []
         seq.num_computed = 0
 

@@ -1,13 +1,15 @@
 """One request's token state as the scheduler and runner see it."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from enum import Enum, auto
 from typing import Optional
 
+import numpy as np
 import torch
 
 from zllm_core.cache.prefix_cache import CacheRequest
+from zllm_core.cache.token_ids import TOKEN_DTYPE, TokenIds
 from zllm_core.engine.sampling_params import SamplingParams
 
 
@@ -20,8 +22,7 @@ class Status(Enum):
 @dataclass(eq=False)
 class Sequence:
     request_id: str
-    token_ids: list[int]
-    prompt_len: int
+    prompt: InitVar[TokenIds]
     params: SamplingParams
     arrival: int
     status: Status = Status.WAITING
@@ -32,23 +33,40 @@ class Sequence:
     generator: Optional[torch.Generator] = None
     matched: bool = False  # looked up in the prefix cache at least once
     cache: Optional[CacheRequest] = None  # None: this request neither reads nor feeds the cache
+    prompt_len: int = field(init=False)
+    num_tokens: int = field(init=False)
+    # Prompt then outputs in one growable array: the prompt is copied in once, and the cache
+    # and runner read slices of it without building Python ints.
+    _buffer: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self, prompt: TokenIds) -> None:
+        self.prompt_len = self.num_tokens = len(prompt)
+        self._buffer = np.empty(self.prompt_len + min(self.params.max_tokens, 256), dtype=TOKEN_DTYPE)
+        self._buffer[:self.prompt_len] = prompt
 
     @property
-    def num_tokens(self) -> int:
-        return len(self.token_ids)
+    def token_ids(self) -> np.ndarray:
+        """Prompt and outputs so far, as a read-only view."""
+        view = self._buffer[:self.num_tokens]
+        view.flags.writeable = False
+        return view
+
+    def append(self, token: int) -> None:
+        if self.num_tokens == len(self._buffer):
+            grown = np.empty(2 * len(self._buffer), dtype=TOKEN_DTYPE)
+            grown[:self.num_tokens] = self._buffer
+            self._buffer = grown
+        self._buffer[self.num_tokens] = token
+        self.num_tokens += 1
 
     @property
     def num_uncomputed(self) -> int:
         """Tokens still to run through the model; exactly 1 while decoding."""
-        return len(self.token_ids) - self.num_computed
-
-    @property
-    def output_ids(self) -> list[int]:
-        return self.token_ids[self.prompt_len:]
+        return self.num_tokens - self.num_computed
 
     @property
     def num_output(self) -> int:
-        return len(self.token_ids) - self.prompt_len
+        return self.num_tokens - self.prompt_len
 
     def blocks_needed(self, upto: int, block_size: int) -> int:
         """New blocks required to hold K/V of the first ``upto`` tokens."""

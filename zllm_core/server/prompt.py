@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import numpy as np
 
 from zllm_core.dialects import ChatTemplate, DsmlPrompt, StreamParser, prompt_for
 from zllm_core.protocols.canonical import CanonicalRequest, RequestError
@@ -20,7 +21,7 @@ from zllm_core.tokenizer.incremental import IncrementalTokenizer
 @dataclass(frozen=True)
 class Prompt:
     text: str
-    token_ids: list[int]
+    token_ids: np.ndarray  # uint32, read-only: it crosses to the engine without a per-token copy
     in_reasoning: bool  # the generation prompt ends inside an open reasoning block
 
 
@@ -55,7 +56,8 @@ class PromptBuilder:
         text = self.render(req)
         # The cache key (prompt_cache_key, a response chain) finds the session directly;
         # without one the longest stored text prefix does. Ids equal a full encode either way.
-        ids = self.tokens.encode(text, scope, key=req.cache_key).tolist()
+        ids = self.tokens.encode(text, scope, key=req.cache_key)  # our own copy of the session's
+        ids.flags.writeable = False
         return Prompt(text, ids, self.template.dialect.starts_in_reasoning(text))
 
     def parser(self, req: CanonicalRequest, prompt: Prompt, scope: str) -> StreamParser:

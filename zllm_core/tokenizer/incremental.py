@@ -4,8 +4,9 @@ Agents resend the whole conversation and append a little each call. A session ke
 text and its tokens; a call re-tokenizes only from a stable piece boundary in a window of W
 characters before the point where the new text diverges from the stored one, and splices:
 cost O(appended text + W) plus one vectorised pass comparing the prompt with the stored text
-(kept compact, csrc/session_text.h). NFC, for tokenizers that ask for it, is applied from the
-last ASCII character before the divergence (Tokenizer.normalize). The boundary is proven from
+(kept compact, csrc/session_text.h; long prompts on two threads, csrc/scan_helper.h). NFC,
+for tokenizers that ask for it, is applied from the last ASCII character before the
+divergence (Tokenizer.normalize). The boundary is proven from
 the family's pre-tokenizer rules (csrc/incremental.cpp states the proof), and the old and new
 token streams must also agree on every token between the window start and the last stable
 boundary before the divergence. With no provable boundary in the window W doubles, up to
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zllm_core import _native
-from zllm_core.tokenizer.session_store import Session, SessionStore, TokenRun
+from zllm_core.tokenizer.session_store import Session, SessionStore
 from zllm_core.tokenizer.shadow import Mismatch, ShadowVerifier
 from zllm_core.tokenizer.tokenizer import SpecialSet, Tokenizer, repair_surrogates
 
@@ -33,6 +34,7 @@ MAX_DOUBLINGS = 5
 # a window to the append's own work, so there is no crossover to measure against a CPU full
 # path (bench/tokenize_incremental.py --router shows it); None keeps every call incremental.
 ROUTE_FULL_AFTER: int | None = None
+FORK_TAIL_FRACTION = 16  # keyless calls fork a session when they discard more than this part
 _NO_BOUNDARY, _DISAGREE = -1, -2  # outcomes of _native.repair (csrc/incremental.cpp)
 
 
@@ -90,11 +92,12 @@ class IncrementalTokenizer:
                 session = self._continue(session, text, forked=key is None)
             self.store.remember(session, save_as or key)
             self.store.touch(session)
-            ids = session.tokens.ids
-            ids = ids.copy() if copy else ids.view()
+            ids = session.tokens.ids  # a fresh view of the session's buffer
+            if copy:
+                ids = ids.copy()
+            else:
+                ids.flags.writeable = False
             self.shadow.sample(session.id, text, ids)  # copies what it samples
-        if not copy:
-            ids.flags.writeable = False
         return ids
 
     def metrics(self) -> dict[str, float]:
@@ -113,8 +116,7 @@ class IncrementalTokenizer:
     def _cold(self, scope: str, text: str) -> Session:
         self.stats.cold += 1
         text = self._repaired(text, 0)
-        ids, ends = _native.encode_tail(self._core, self._policy, text, 0)
-        session = Session(scope, _native.SessionText(text), TokenRun(ids, ends))
+        session = Session(scope, _native.SessionText(text), _native.encode_tail(self._core, self._policy, text))
         self.store.add(session, None, text)
         return session
 
@@ -124,7 +126,12 @@ class IncrementalTokenizer:
         if diverged == old_len == new_len:
             self.stats.unchanged += 1
             return session
-        forked = forked and diverged < old_len  # another conversation may still continue the old text
+        # Without a key the old text may be another conversation's, which a fork keeps intact.
+        # A fork copies and re-indexes the whole session, while continuing in place only makes
+        # such a sibling re-tokenize the discarded tail if it comes back; so fork only for a long
+        # tail (re-tokenizing 1/16 of a text costs about what copying it does). The common
+        # keyless case, a template re-rendering the last turn, discards a short tail.
+        forked = forked and old_len - diverged > old_len // FORK_TAIL_FRACTION
         if self.route_full_after is not None and new_len - diverged > self.route_full_after:
             self.stats.routed_full += 1
             return self._restart(session, text, forked)
@@ -141,9 +148,9 @@ class IncrementalTokenizer:
         return text, diverged
 
     def _repair(self, session: Session, text: str, diverged: int, forked: bool) -> Session:
-        outcome, attempt, start, kept, ids, ends = _native.repair(
+        outcome, attempt, start, fork_tokens = _native.repair(
             self._core, self._grammar, self._policy, session.text, text, diverged,
-            session.tokens.ids, session.tokens.ends, self.window, self.max_doublings)
+            session.tokens, self.window, self.max_doublings, forked)
         if outcome == _NO_BOUNDARY:
             self.stats.fallbacks += 1
             return self._restart(session, text, forked)
@@ -156,11 +163,11 @@ class IncrementalTokenizer:
             self.stats.whole_window += 1
         else:
             self.stats.accepted_at[attempt] += 1
-        if forked:
-            session = self._fork(session, kept, text)
-        else:
-            self.store.replace_text(session, text, diverged)
-        session.tokens.splice(kept, ids, ends)
+        if forked:  # the repair left the session's tokens as they were
+            fork = Session(session.scope, _native.SessionText(text), fork_tokens)
+            self.store.add(fork, None, text)
+            return fork
+        self.store.replace_text(session, text, diverged)  # the repair spliced its tokens
         return session
 
     def _repaired(self, text: str, clean_upto: int) -> str:
@@ -174,16 +181,9 @@ class IncrementalTokenizer:
         """Full tokenization, kept in `session` (or a new one beside it for a fork)."""
         if forked:
             return self._cold(session.scope, text)
-        ids, ends = _native.encode_tail(self._core, self._policy, text, 0)
-        session.tokens = TokenRun(ids, ends)
+        session.tokens = _native.encode_tail(self._core, self._policy, text)
         self.store.replace_text(session, text, 0)
         return session
-
-    def _fork(self, session: Session, kept: int, text: str) -> Session:
-        """A new session for `text` beside `session`, with its first `kept` tokens."""
-        fork = Session(session.scope, _native.SessionText(text), session.tokens.copy(kept))
-        self.store.add(fork, None, text)
-        return fork
 
     # ---- shadow
     def _reference(self, text: str) -> list[int]:

@@ -1,12 +1,15 @@
 """Tokenization sessions: per conversation, the rendered text, its token ids and where each
-token ends, kept under a memory budget with LRU eviction.
+token ends (csrc/session_text.h, csrc/token_run.h), kept under a memory budget with LRU eviction.
 
 A request finds its session by an explicit key (prompt_cache_key, previous_response_id, a
-session header) or by the longest text prefix it shares with a recent session of its scope:
-chained hashes of the text's code points at every `stride` of them index the sessions, and a binary
-search over the request's own checkpoint hashes finds the longest indexed one (sharing a
-prefix up to checkpoint k implies sharing every earlier one). A hash collision only picks a
-poor session; the repair measures the real common prefix, so exactness never rests on it.
+session header) or by the longest text prefix it shares with a recent session of its scope.
+Each session's text is hashed in blocks of `stride` code points, each block on its own, and
+(scope, block index, hash) indexes the sessions. A lookup walks back from the request's last
+full block to the first one a session holds at the same index, and takes that session when
+it also holds a logarithmic sample of the earlier blocks (1, 2, 4, ... back, and the first):
+for a continuing conversation that hashes a few dozen blocks, not the whole prompt. A hash
+collision or an unsampled difference only picks a poor session: the repair measures the real
+common prefix, so exactness never rests on the index.
 """
 from __future__ import annotations
 
@@ -14,51 +17,9 @@ import itertools
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from zllm_core import _native
 
 CHECKPOINT_STRIDE = 4096  # code points between prefix checkpoints
-
-
-class TokenRun:
-    """Token ids and their end offsets (code points) in growable buffers: replacing the tail after
-    token k costs O(new tokens), amortised."""
-
-    def __init__(self, ids: np.ndarray, ends: np.ndarray):
-        self._ids, self._ends, self.size = ids, ends, len(ids)
-
-    @property
-    def ids(self) -> np.ndarray:
-        return self._ids[:self.size]
-
-    @property
-    def ends(self) -> np.ndarray:
-        return self._ends[:self.size]
-
-    def splice(self, k: int, ids: np.ndarray, ends: np.ndarray) -> None:
-        """Keep the first k tokens, then append ids/ends."""
-        size = k + len(ids)
-        if size > len(self._ids):
-            capacity = max(size, 2 * len(self._ids), 256)
-            self._ids = _grown(self._ids, k, capacity)
-            self._ends = _grown(self._ends, k, capacity)
-        self._ids[k:size] = ids
-        self._ends[k:size] = ends
-        self.size = size
-
-    def copy(self, k: int) -> "TokenRun":
-        return TokenRun(self._ids[:k].copy(), self._ends[:k].copy())
-
-    @property
-    def nbytes(self) -> int:
-        return self._ids.nbytes + self._ends.nbytes
-
-
-def _grown(a: np.ndarray, keep: int, capacity: int) -> np.ndarray:
-    out = np.empty(capacity, dtype=a.dtype)
-    out[:keep] = a[:keep]
-    return out
 
 
 _session_ids = itertools.count(1)
@@ -68,9 +29,9 @@ _session_ids = itertools.count(1)
 class Session:
     scope: str
     text: _native.SessionText  # the text as tokenized (normalised, no surrogates), compact
-    tokens: TokenRun
-    checkpoints: list[int] = field(default_factory=list)  # chained hashes of
-    # text[:(k + 1) * CHECKPOINT_STRIDE], set by the store
+    tokens: _native.TokenRun  # ids and where each ends, in code points
+    checkpoints: list[int] = field(default_factory=list)  # hash of each full block of
+    # CHECKPOINT_STRIDE code points, set by the store
     keys: set[str] = field(default_factory=set)
     id: int = field(default_factory=lambda: next(_session_ids))
 
@@ -94,7 +55,7 @@ class SessionStore:
         self.stats = StoreStats()
         self._lru: OrderedDict[int, Session] = OrderedDict()
         self._by_key: dict[tuple[str, str], Session] = {}
-        self._by_checkpoint: dict[tuple[str, int], Session] = {}
+        self._by_checkpoint: dict[tuple[str, int, int], Session] = {}  # (scope, block, hash)
         self._sizes: dict[int, int] = {}
 
     # ---- lookup
@@ -103,22 +64,27 @@ class SessionStore:
         return session or self.longest_prefix(scope, text)
 
     def longest_prefix(self, scope: str, text: str) -> Session | None:
-        hashes = _native.checkpoint_hashes(text, self.stride, 0, 0)
-        lo, hi, best = 0, len(hashes) - 1, None
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            hit = self._by_checkpoint.get((scope, int(hashes[mid])))
-            if hit is not None:
-                best, lo = hit, mid + 1
-            else:
-                hi = mid - 1
-        return best
+        for k in range(len(text) // self.stride - 1, -1, -1):
+            session = self._by_checkpoint.get((scope, k, _native.block_hash(text, k, self.stride)))
+            if session is not None and self._holds_sample(session, text, k):
+                return session
+        return None
+
+    def _holds_sample(self, session: Session, text: str, k: int) -> bool:
+        """Whether session's blocks k - 1, k - 2, k - 4, ... and 0 equal text's."""
+        step = 1
+        while k > 0:
+            k = max(0, k - step)
+            if session.checkpoints[k] != _native.block_hash(text, k, self.stride):
+                return False
+            step *= 2
+        return True
 
     # ---- updates
     def add(self, session: Session, key: str | None, text: str) -> None:
         """Adds `session`, whose text is `text`."""
         self._lru[session.id] = session
-        session.checkpoints = _native.checkpoint_hashes(text, self.stride, 0, 0).tolist()
+        session.checkpoints = _native.checkpoint_hashes(text, self.stride, 0).tolist()
         self._index_checkpoints(session, 0)
         self.remember(session, key)
 
@@ -139,9 +105,8 @@ class SessionStore:
         if keep == len(session.checkpoints) == len(text) // self.stride:
             return  # most calls: the change lies after the last checkpoint
         self._unindex_checkpoints(session, keep)
-        parent = session.checkpoints[keep - 1] if keep else 0
         del session.checkpoints[keep:]
-        session.checkpoints += _native.checkpoint_hashes(text, self.stride, keep, parent).tolist()
+        session.checkpoints += _native.checkpoint_hashes(text, self.stride, keep).tolist()
         self._index_checkpoints(session, keep)
 
     def touch(self, session: Session) -> None:
@@ -171,10 +136,11 @@ class SessionStore:
         return self._lru.get(session_id)
 
     def _unindex_checkpoints(self, session: Session, start: int) -> None:
-        for h in session.checkpoints[start:]:
-            if self._by_checkpoint.get((session.scope, h)) is session:
-                del self._by_checkpoint[(session.scope, h)]
+        for k in range(start, len(session.checkpoints)):
+            entry = (session.scope, k, session.checkpoints[k])
+            if self._by_checkpoint.get(entry) is session:
+                del self._by_checkpoint[entry]
 
     def _index_checkpoints(self, session: Session, start: int) -> None:
-        for h in session.checkpoints[start:]:
-            self._by_checkpoint[(session.scope, h)] = session
+        for k in range(start, len(session.checkpoints)):
+            self._by_checkpoint[(session.scope, k, session.checkpoints[k])] = session

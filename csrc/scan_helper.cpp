@@ -1,0 +1,95 @@
+#include "scan_helper.h"
+
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+namespace zllm {
+
+namespace {
+
+// ZLLM_SCAN_THREADS=1 keeps scans on the calling thread (an operator limiting threads, or a
+// benchmark measuring one core).
+bool wanted() {
+  const char* limit = std::getenv("ZLLM_SCAN_THREADS");
+  cpu_set_t set;
+  return !(limit && std::string(limit) == "1") && sched_getaffinity(0, sizeof set, &set) == 0 &&
+         CPU_COUNT(&set) > 1;
+}
+
+void lower_to(std::atomic<size_t>& a, size_t v) {
+  size_t cur = a.load();
+  while (v < cur && !a.compare_exchange_weak(cur, v)) {
+  }
+}
+
+}  // namespace
+
+ScanHelper* ScanHelper::get() {
+  // Created on first use and never destroyed (its thread sleeps through interpreter exit). A
+  // forked child has no copy of the thread, so it makes its own.
+  static ScanHelper* helper = nullptr;
+  static pid_t owner = 0;
+  static std::mutex init;
+  std::lock_guard<std::mutex> lock(init);
+  if (owner != getpid()) {
+    owner = getpid();
+    helper = wanted() ? new ScanHelper() : nullptr;
+  }
+  return helper;
+}
+
+ScanHelper::ScanHelper() {
+  std::thread([this] {
+    // The lowest priority: the helper should only use a CPU nobody else wants. Woken at normal
+    // priority on a busy host it preempts its own caller and a scan takes twice as long.
+    setpriority(PRIO_PROCESS, 0, 19);  // this thread only (Linux)
+    serve();
+  }).detach();
+}
+
+size_t ScanHelper::first_failing(size_t count, const std::function<bool(size_t)>& ok) {
+  std::lock_guard<std::mutex> one_scan(scan_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ok_ = &ok;
+    count_ = count;
+    next_ = 0;
+    failed_ = count;
+    ++posted_;
+    open_ = true;
+  }
+  posted_cv_.notify_one();
+  claim_segments();
+  if (!open_.exchange(false))  // the helper joined: wait for the segment it is inside
+    while (busy_.load()) std::this_thread::yield();
+  return failed_.load();
+}
+
+void ScanHelper::claim_segments() {
+  for (;;) {
+    const size_t s = next_.fetch_add(1);
+    if (s >= count_ || s > failed_.load()) return;  // claims only grow: later ones fail later
+    if (!(*ok_)(s)) lower_to(failed_, s);
+  }
+}
+
+void ScanHelper::serve() {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      posted_cv_.wait(lock, [&] { return posted_ != seen; });
+      seen = posted_;
+    }
+    busy_ = true;  // before joining, so a caller that sees the scan taken also sees busy_
+    if (open_.exchange(false)) claim_segments();
+    busy_ = false;
+  }
+}
+
+}  // namespace zllm

@@ -1,0 +1,63 @@
+// A tokenization session's token ids and the code point offset where each token ends, in
+// growable buffers: replacing the tail after token k costs O(new tokens), amortised. The
+// buffers are numpy arrays, so views handed to Python stay valid (if stale) after growth.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace zllm {
+
+class TokenRun {
+ public:
+  TokenRun() : ids_(0), ends_(0) {}
+
+  size_t size() const { return size_; }
+  size_t nbytes() const { return size_t(ids_.nbytes() + ends_.nbytes()); }
+  const uint32_t* ids() const { return ids_.data(); }
+  const uint32_t* ends() const { return ends_.data(); }
+  // Python views of the first size() entries (writable, sharing the buffers).
+  pybind11::array_t<uint32_t> ids_view() const { return view(ids_); }
+  pybind11::array_t<uint32_t> ends_view() const { return view(ends_); }
+
+  // Keeps the first k tokens and makes room for n more after them; returns where they go
+  // (ids, ends). Call with the GIL held.
+  std::pair<uint32_t*, uint32_t*> keep_and_extend(size_t k, size_t n) {
+    k = std::min(k, size_);
+    if (k + n > size_t(ids_.size())) {
+      const size_t capacity = std::max({k + n, 2 * size_t(ids_.size()), size_t(256)});
+      ids_ = grown(ids_, k, capacity);
+      ends_ = grown(ends_, k, capacity);
+    }
+    size_ = k + n;
+    return {ids_.mutable_data() + k, ends_.mutable_data() + k};
+  }
+
+  TokenRun prefix(size_t k) const {
+    TokenRun out;
+    k = std::min(k, size_);
+    auto [ids, ends] = out.keep_and_extend(0, k);
+    std::memcpy(ids, ids_.data(), k * sizeof(uint32_t));
+    std::memcpy(ends, ends_.data(), k * sizeof(uint32_t));
+    return out;
+  }
+
+ private:
+  static pybind11::array_t<uint32_t> grown(const pybind11::array_t<uint32_t>& a, size_t keep, size_t capacity) {
+    pybind11::array_t<uint32_t> out(capacity);
+    std::memcpy(out.mutable_data(), a.data(), keep * sizeof(uint32_t));
+    return out;
+  }
+  pybind11::array_t<uint32_t> view(const pybind11::array_t<uint32_t>& a) const {
+    return pybind11::array_t<uint32_t>({size_}, {sizeof(uint32_t)}, a.data(), a);
+  }
+
+  pybind11::array_t<uint32_t> ids_, ends_;
+  size_t size_ = 0;
+};
+
+}  // namespace zllm
