@@ -8,7 +8,8 @@ from hypothesis import given, settings
 
 from tests.tokenizer.conftest import report
 from tests.tokenizer.references import regex_pieces
-from tests.tokenizer.strategies import ASCII_FRAGMENTS, CONTRACTIONS, ascii_text, mixed_text
+from tests.tokenizer.strategies import (ASCII_FRAGMENTS, CONTRACTIONS, DIGITS, EMOJI, LETTERS, MARKS, PUNCT, SPACES,
+                                        ascii_text, mixed_text)
 from zllm_core import _native
 from zllm_core.tokenizer.rules import CL100K_PATTERN, ONIG_PATTERNS, PATTERNS, Rules
 from zllm_core.tokenizer.tokenizer import Tokenizer
@@ -59,6 +60,16 @@ def test_rules_reproduce_regex_pieces_on_long_ascii_text(pattern, rules, referen
     """Every pair of ASCII fragments, many times over, inside 64-byte windows of the block rules."""
     rng = random.Random(0)
     text = "".join(rng.choice(ASCII_FRAGMENTS + CONTRACTIONS) for _ in range(40_000))
+    assert splitter(rules).pieces(text) == regex_pieces(reference, text)
+
+
+@pytest.mark.parametrize(("pattern", "rules", "reference"), CASES, ids=IDS)
+def test_rules_reproduce_regex_pieces_on_long_mixed_text(pattern, rules, reference):
+    """Long mixed-script text, so that 64-byte windows holding non-ASCII letters, marks,
+    punctuation and symbols (the block rules for prose) meet every kind of neighbour."""
+    rng = random.Random(1)
+    fragments = LETTERS * 3 + PUNCT * 2 + (" ",) * 8 + MARKS + DIGITS + EMOJI + SPACES + CONTRACTIONS + ASCII_FRAGMENTS
+    text = "".join(rng.choice(fragments) for _ in range(40_000))
     assert splitter(rules).pieces(text) == regex_pieces(reference, text)
 
 
