@@ -373,12 +373,14 @@ py::tuple repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& pol
   return py::make_tuple(int(kSpliced), sp.attempt, sp.start, forked);
 }
 
-// Hashes of text's blocks of `stride` code points, blocks first, first + 1, ... (the last full
-// one): each block on its own, so a session's index entries after an edit are recomputed from
-// the edit on, and a lookup can hash just the blocks it probes. Two threads for a long text.
-py::array_t<uint64_t> checkpoint_hashes(const py::str& text, size_t stride, size_t first) {
+// Hashes of text's blocks of `stride` code points, blocks first, first + 1, ... up to `end`
+// (exclusive; clipped to the last full block): each block on its own, so a session's index
+// entries after an edit are recomputed from the edit on, and a lookup can hash just the blocks
+// it probes. Two threads for a long text.
+py::array_t<uint64_t> checkpoint_hashes(const py::str& text, size_t stride, size_t first, size_t end) {
   const StrStorage s(text.ptr());
-  const size_t count = s.size / stride > first ? s.size / stride - first : 0;
+  end = std::min(end, s.size / stride);
+  const size_t count = end > first ? end - first : 0;
   py::array_t<uint64_t> out(count);
   uint64_t* h = out.mutable_data();
   const auto hash_one = [&](size_t k) {
@@ -419,7 +421,7 @@ void register_incremental(py::module_& m) {
   m.def("encode_tail", &encode_tail, py::arg("core"), py::arg("policy"), py::arg("text"),
         "A TokenRun of text: its ids and their end offsets in code points.");
   m.def("checkpoint_hashes", &checkpoint_hashes, py::arg("text"), py::arg("stride"), py::arg("first"),
-        "Hashes of text's full blocks of stride code points, from block `first` on.");
+        py::arg("end") = SIZE_MAX, "Hashes of text's full blocks of stride code points, blocks [first, end).");
   m.def("block_hash", &block_hash, py::arg("text"), py::arg("block"), py::arg("stride"),
         "The hash of text's block `block` (code points [block * stride, (block + 1) * stride)).");
 }

@@ -10,6 +10,7 @@ from tests.tokenizer.strategies import mixed_text
 from zllm_core import _native
 from zllm_core.tokenizer import Tokenizer
 from zllm_core.tokenizer.incremental import IncrementalTokenizer
+from zllm_core.tokenizer.session_store import SessionStore
 
 HF_SHAPES = ["qwen2", "llama3", "multi_split", "gpt2"]  # NFC, HF Split shapes, Split sequence
 LINES = "def f(x):\n    return x + 1\n\nclass A:\n  pass\n" * 3  # stable boundaries before the splice
@@ -178,6 +179,7 @@ def test_checkpoint_hashes_cover_their_block_and_ignore_storage_width():
 def test_keyless_lookup_takes_the_session_holding_the_latest_block_and_a_sample_before(tokenizers):
     tok = tokenizers["qwen2"]
     inc = IncrementalTokenizer(tok, shadow_rate=0)
+    inc.store = SessionStore(1 << 30, lag=0, batch=1)  # every block indexed, the last ones too
     stride = inc.store.stride
     a = "".join(f"line {i} of conversation a\n" for i in range(8 * stride // 20))
     b = "".join(f"line {i} of conversation b\n" for i in range(8 * stride // 20))
@@ -190,6 +192,24 @@ def test_keyless_lookup_takes_the_session_holding_the_latest_block_and_a_sample_
     for text in (shared + a + tail + "next\n", shared + b + tail + "next\n"):
         assert inc.encode(text, "s").tolist() == tok.encode(text)
     assert inc.stats.cold == 1 and inc.stats.repairs == 3 and inc.store.stats.sessions == 2
+
+
+def test_blocks_near_the_end_are_indexed_in_batches(tokenizers):
+    inc = IncrementalTokenizer(tokenizers["qwen2"], shadow_rate=0)
+    store = inc.store
+    text = LINES * 400
+    inc.encode(text, "s", key="k")
+    session = store.find("s", "", "k")
+    indexed = len(session.checkpoints)
+    assert indexed % store.batch == 0 and indexed * store.stride <= len(text) - store.lag
+    before = list(session.checkpoints)
+    for turn in range(5):  # small appends, and a re-rendered end: the index stays as it was
+        text = text[:-20] + f"turn {turn}\n" + "x" * 200 + "\n"
+        inc.encode(text, "s", key="k")
+        assert session.checkpoints == before
+    text += LINES * 200  # grown past a batch: indexed up to the lag again
+    inc.encode(text, "s", key="k")
+    assert len(session.checkpoints) > indexed and session.checkpoints[:indexed] == before
 
 
 def test_keyless_fork_keeps_the_original_conversation(tokenizers):

@@ -3,8 +3,9 @@ token ends (csrc/session_text.h, csrc/token_run.h), kept under a memory budget w
 
 A request finds its session by an explicit key (prompt_cache_key, previous_response_id, a
 session header) or by the longest text prefix it shares with a recent session of its scope.
-Each session's text is hashed in blocks of `stride` code points, each block on its own, and
-(scope, block index, hash) indexes the sessions. A lookup walks back from the request's last
+Each session's text is hashed in blocks of `stride` code points, each block on its own (all
+but the last `lag` code points, which change from call to call), and (scope, block index,
+hash) indexes the sessions. A lookup walks back from the request's last
 full block to the first one a session holds at the same index, and takes that session when
 it also holds a logarithmic sample of the earlier blocks (1, 2, 4, ... back, and the first):
 for a continuing conversation that hashes a few dozen blocks, not the whole prompt. A hash
@@ -19,7 +20,14 @@ from dataclasses import dataclass, field
 
 from zllm_core import _native
 
-CHECKPOINT_STRIDE = 4096  # code points between prefix checkpoints
+CHECKPOINT_STRIDE = 4096  # code points a block
+# The end of a conversation changes every call (a template re-renders the last turn, new text
+# arrives), so blocks within CHECKPOINT_LAG code points of it are not indexed yet, and the
+# index grows CHECKPOINT_BATCH blocks at a time: most calls then leave the index alone. A
+# lookup still finds the session by its earlier blocks; the repair measures the rest. (Texts
+# under LAG + BATCH * STRIDE code points are found by key only: tokenized afresh, ~0.2 ms.)
+CHECKPOINT_LAG = 8192
+CHECKPOINT_BATCH = 2
 
 
 _session_ids = itertools.count(1)
@@ -49,9 +57,10 @@ class StoreStats:
 
 
 class SessionStore:
-    def __init__(self, budget_bytes: int, stride: int = CHECKPOINT_STRIDE):
+    def __init__(self, budget_bytes: int, stride: int = CHECKPOINT_STRIDE, lag: int = CHECKPOINT_LAG,
+                 batch: int = CHECKPOINT_BATCH):
         self.budget_bytes = budget_bytes
-        self.stride = stride
+        self.stride, self.lag, self.batch = stride, lag, batch
         self.stats = StoreStats()
         self._lru: OrderedDict[int, Session] = OrderedDict()
         self._by_key: dict[tuple[str, str], Session] = {}
@@ -84,7 +93,8 @@ class SessionStore:
     def add(self, session: Session, key: str | None, text: str) -> None:
         """Adds `session`, whose text is `text`."""
         self._lru[session.id] = session
-        session.checkpoints = _native.checkpoint_hashes(text, self.stride, 0).tolist()
+        end = self._indexed_blocks(text)
+        session.checkpoints = _native.checkpoint_hashes(text, self.stride, 0, end).tolist()
         self._index_checkpoints(session, 0)
         self.remember(session, key)
 
@@ -101,13 +111,18 @@ class SessionStore:
     def replace_text(self, session: Session, text: str, diverged_at: int) -> None:
         """`session.text` becomes `text`, which shares its first `diverged_at` code points."""
         session.text.replace_from(text, diverged_at)
-        keep = min(diverged_at // self.stride, len(session.checkpoints))
-        if keep == len(session.checkpoints) == len(text) // self.stride:
-            return  # most calls: the change lies after the last checkpoint
+        end = self._indexed_blocks(text)
+        keep = min(diverged_at // self.stride, len(session.checkpoints), end)
+        if keep == len(session.checkpoints) == end:
+            return  # most calls: the change lies after the indexed blocks, which stay as they are
         self._unindex_checkpoints(session, keep)
         del session.checkpoints[keep:]
-        session.checkpoints += _native.checkpoint_hashes(text, self.stride, keep).tolist()
+        session.checkpoints += _native.checkpoint_hashes(text, self.stride, keep, end).tolist()
         self._index_checkpoints(session, keep)
+
+    def _indexed_blocks(self, text: str) -> int:
+        blocks = max(0, len(text) - self.lag) // self.stride
+        return blocks - blocks % self.batch
 
     def touch(self, session: Session) -> None:
         """Marks `session` most recently used and evicts down to the budget."""
