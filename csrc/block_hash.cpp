@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "mix64.h"
+
 namespace py = pybind11;
 
 namespace zllm {
@@ -96,13 +98,6 @@ class Sha256 {
 // ---- Fast 128-bit option: two independent multiply-xorshift lanes over 8-byte
 // words with a final avalanche. Not cryptographic: for single-tenant deployments
 // where hashing cost matters more than adversarial collisions.
-uint64_t mix64(uint64_t x) {
-  x ^= x >> 33; x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return x;
-}
-
 std::array<uint8_t, 16> fast128(const uint8_t* p, size_t n) {
   uint64_t a = 0x9e3779b97f4a7c15ULL ^ n, b = 0xd6e8feb86659fd93ULL ^ (n << 1);
   size_t i = 0;

@@ -4,6 +4,8 @@
 // which is what tiktoken and Hugging Face do.
 #include "bpe.h"
 
+#include "mix64.h"
+
 #include <cstring>
 #include <functional>
 #include <queue>
@@ -15,14 +17,6 @@ namespace {
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr size_t kSmallPiece = 48;
 constexpr int32_t kNoPair = INT32_MAX;  // merge priorities are below 2^24, so signed compares work
-
-inline uint64_t mix(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  return h ^ (h >> 33);
-}
 
 size_t table_size(size_t n) {
   size_t s = 16;
@@ -38,7 +32,7 @@ uint64_t hash_bytes(const uint8_t* p, size_t n) {
     h = ((h << 27) | (h >> 37)) * 0xbf58476d1ce4e5b9ull;
     h ^= load_prefix(p + k, n - k);
   }
-  return mix(h);
+  return mix64(h);
 }
 
 void TokenIndex::build(const uint32_t* offsets, const char* arena, const std::vector<uint32_t>& ids) {

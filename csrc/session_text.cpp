@@ -1,5 +1,6 @@
 #include "session_text.h"
 
+#include "mix64.h"
 #include "scan_helper.h"
 
 #include <pybind11/pybind11.h>
@@ -81,14 +82,6 @@ ZLLM_SIMD_CLONES bool same_1_4(const uint8_t* a, const uint32_t* b, size_t n) { 
 ZLLM_SIMD_CLONES bool same_2_4(const uint16_t* a, const uint32_t* b, size_t n) { return same_run(a, b, n); }
 
 namespace {
-
-uint64_t mix64(uint64_t h) {
-  h ^= h >> 31;
-  h *= 0x7fb5d329728ea185ull;
-  h ^= h >> 27;
-  h *= 0x81dadef4bc2dd44dull;
-  return h ^ (h >> 33);
-}
 
 // 64 independent 32-bit lanes, code point i feeding lane i % 64: a loop the compiler turns into
 // a few vector multiplies per 64 code points with enough of them in flight to keep up with
