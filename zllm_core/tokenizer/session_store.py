@@ -24,8 +24,7 @@ CHECKPOINT_STRIDE = 4096  # code points a block
 # The end of a conversation changes every call (a template re-renders the last turn, new text
 # arrives), so blocks within CHECKPOINT_LAG code points of it are not indexed yet, and the
 # index grows CHECKPOINT_BATCH blocks at a time: most calls then leave the index alone. A
-# lookup still finds the session by its earlier blocks; the repair measures the rest. (Texts
-# under LAG + BATCH * STRIDE code points are found by key only: tokenized afresh, ~0.2 ms.)
+# lookup still finds the session by its earlier blocks; the repair measures the rest.
 CHECKPOINT_LAG = 8192
 CHECKPOINT_BATCH = 2
 
@@ -121,8 +120,10 @@ class SessionStore:
         self._index_checkpoints(session, keep)
 
     def _indexed_blocks(self, text: str) -> int:
+        """Blocks ending `lag` before the text's end, in whole batches, and the first block
+        always: a short conversation (a system prompt and a few turns) is found by it."""
         blocks = max(0, len(text) - self.lag) // self.stride
-        return blocks - blocks % self.batch
+        return max(blocks - blocks % self.batch, min(1, len(text) // self.stride))
 
     def touch(self, session: Session) -> None:
         """Marks `session` most recently used and evicts down to the budget."""
