@@ -305,8 +305,9 @@ struct Splice {
   int attempt = 0;
 };
 
-// The repair's outcome: tokens to keep, then the new text's tokens from `start`.
-enum Outcome : int { kSpliced = 0, kNoBoundary = -1, kDisagree = -2 };
+// The repair's outcome: tokens to keep, then the new text's tokens from `start`. kMoved: the
+// divergence the repair started from was provisional and the proven one lies earlier.
+enum Outcome : int { kSpliced = 0, kNoBoundary = -1, kDisagree = -2, kMoved = -3 };
 
 // How many old tokens precede the splice, or -1 when the old tokens do not end at the proven
 // boundaries or disagree with the new ones between them.
@@ -324,21 +325,30 @@ long kept_tokens(const TokenRun& old, const Splice& sp, const Tokens& tokens, co
   return same ? long(kept) : -1;
 }
 
-// One repair of a session (zllm_core/tokenizer/incremental.py): old and text agree on their
-// first `diverged` code points; `tokens` are old's. Finds a stable boundary in a window of
-// `window` code points before the divergence (doubling it up to max_doublings times),
-// tokenizes text from there and checks the old tokens against the new ones.
-// Returns (outcome, attempt, start, forked): on kSpliced the new text's tokens from `start`
-// replace those after it, in `tokens` itself, or with fork set in a new TokenRun (`forked`)
-// that leaves `tokens` as it was.
-py::tuple repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& policy, const SessionText& old,
-                 const py::str& text, size_t diverged, TokenRun& tokens, size_t window, int max_doublings, bool fork) {
-  const size_t longest = SpecialIndex(core).longest;
+// A repair worked out but not applied: where it splices, and the new tokens from there.
+struct Plan {
+  Outcome outcome = kSpliced;
   Splice sp;
+  long kept = 0;  // old tokens before the splice
+  Tokens fresh;
+  std::vector<uint32_t> ends;
+};
+
+// Finds a stable boundary in a window of `window` code points before `diverged` (doubling it up
+// to max_doublings times), tokenizes text from there and checks the old tokens against the
+// new ones.
+Plan plan_repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& policy, const SessionText& old,
+                 const py::str& text, size_t diverged, const TokenRun& tokens, size_t window, int max_doublings) {
+  const size_t longest = SpecialIndex(core).longest;
+  Plan plan;
+  Splice& sp = plan.sp;
   std::optional<Utf8> tail;  // text from the window's base, kept for encoding
   size_t base = 0, start_b = 0;
   for (size_t width = window;; width *= 2, ++sp.attempt) {
-    if (sp.attempt > max_doublings) return py::make_tuple(int(kNoBoundary), sp.attempt, 0, py::none());
+    if (sp.attempt > max_doublings) {
+      plan.outcome = kNoBoundary;
+      return plan;
+    }
     if (width >= diverged) {  // the window reaches the text start
       base = sp.start = sp.last = start_b = 0;
       tail.emplace(text);
@@ -357,20 +367,33 @@ py::tuple repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& pol
     break;
   }
   const View from_start{tail->view.data + start_b, tail->view.size - start_b};
-  Tokens fresh;
-  std::vector<uint32_t> ends;
-  encode_with_ends(core, policy, from_start, sp.start, fresh, ends);
-  const long kept = kept_tokens(tokens, sp, fresh, ends);
-  if (kept < 0) return py::make_tuple(int(kDisagree), sp.attempt, sp.start, py::none());
+  encode_with_ends(core, policy, from_start, sp.start, plan.fresh, plan.ends);
+  plan.kept = kept_tokens(tokens, sp, plan.fresh, plan.ends);
+  if (plan.kept < 0) plan.outcome = kDisagree;
+  return plan;
+}
+
+// One repair of a session (zllm_core/tokenizer/incremental.py): old and text agree on their
+// first `diverged` code points (provisionally while `divergence`, when given, is pending: the
+// repair is then worked out first and applied only once the divergence is proven, else kMoved);
+// `tokens` are old's. Returns (outcome, attempt, start, forked): on kSpliced the new text's
+// tokens from `start` replace those after it, in `tokens` itself, or with fork set in a new
+// TokenRun (`forked`) that leaves `tokens` as it was.
+py::tuple repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& policy, const SessionText& old,
+                 const py::str& text, size_t diverged, TokenRun& tokens, size_t window, int max_doublings, bool fork,
+                 Divergence* divergence) {
+  Plan plan = plan_repair(core, g, policy, old, text, diverged, tokens, window, max_doublings);
+  if (divergence != nullptr && divergence->verified() != diverged) plan.outcome = kMoved;
+  if (plan.outcome != kSpliced) return py::make_tuple(int(plan.outcome), plan.sp.attempt, plan.sp.start, py::none());
   py::object forked = py::none();
   if (fork) {
-    TokenRun run = tokens.prefix(size_t(kept));
-    splice(run, size_t(kept), fresh, ends);
+    TokenRun run = tokens.prefix(size_t(plan.kept));
+    splice(run, size_t(plan.kept), plan.fresh, plan.ends);
     forked = py::cast(std::move(run));
   } else {
-    splice(tokens, size_t(kept), fresh, ends);
+    splice(tokens, size_t(plan.kept), plan.fresh, plan.ends);
   }
-  return py::make_tuple(int(kSpliced), sp.attempt, sp.start, forked);
+  return py::make_tuple(int(kSpliced), plan.sp.attempt, plan.sp.start, forked);
 }
 
 // Hashes of text's blocks of `stride` code points, blocks first, first + 1, ... up to `end`
@@ -387,12 +410,7 @@ py::array_t<uint64_t> checkpoint_hashes(const py::str& text, size_t stride, size
     h[k] = hash_code_points(s, (first + k) * stride, stride);
     return true;
   };
-  ScanHelper* helper = count * stride >= SessionText::kParallelFrom ? ScanHelper::get() : nullptr;
-  if (helper != nullptr) {
-    helper->first_failing(count, hash_one);
-  } else {
-    for (size_t k = 0; k < count; ++k) hash_one(k);
-  }
+  first_failing(count * stride >= SessionText::kParallelFrom ? ScanHelper::get() : nullptr, count, hash_one);
   return out;
 }
 
@@ -417,6 +435,7 @@ void register_incremental(py::module_& m) {
         py::arg("text"), py::arg("lo"), py::arg("limit"), "(first, last) stable piece boundaries >= lo, proven from the shared text[:limit].");
   m.def("repair", &repair, py::arg("core"), py::arg("grammar"), py::arg("policy"), py::arg("old"), py::arg("text"),
         py::arg("diverged"), py::arg("tokens"), py::arg("window"), py::arg("max_doublings"), py::arg("fork"),
+        py::arg("divergence") = nullptr,
         "(outcome, attempt, start, forked): splice text's tokens onto old's at a proven boundary.");
   m.def("encode_tail", &encode_tail, py::arg("core"), py::arg("policy"), py::arg("text"),
         "A TokenRun of text: its ids and their end offsets in code points.");

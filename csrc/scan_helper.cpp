@@ -52,11 +52,11 @@ ScanHelper::ScanHelper() {
   }).detach();
 }
 
-size_t ScanHelper::first_failing(size_t count, const std::function<bool(size_t)>& ok) {
-  std::lock_guard<std::mutex> one_scan(scan_);
+bool ScanHelper::post(size_t count, const std::function<bool(size_t)>* ok) {
+  if (taken_.exchange(true)) return false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ok_ = &ok;
+    ok_ = ok;
     count_ = count;
     next_ = 0;
     failed_ = count;
@@ -64,10 +64,23 @@ size_t ScanHelper::first_failing(size_t count, const std::function<bool(size_t)>
     open_ = true;
   }
   posted_cv_.notify_one();
+  return true;
+}
+
+size_t ScanHelper::finish() {
   claim_segments();
   if (!open_.exchange(false))  // the helper joined: wait for the segment it is inside
     while (busy_.load()) std::this_thread::yield();
-  return failed_.load();
+  const size_t failed = failed_.load();
+  taken_ = false;
+  return failed;
+}
+
+size_t first_failing(ScanHelper* helper, size_t count, const std::function<bool(size_t)>& ok) {
+  if (helper != nullptr && helper->post(count, &ok)) return helper->finish();
+  for (size_t s = 0; s < count; ++s)
+    if (!ok(s)) return s;
+  return count;
 }
 
 void ScanHelper::claim_segments() {

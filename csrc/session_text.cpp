@@ -175,14 +175,40 @@ uint32_t SessionText::code_point(const Chunk& c, size_t i) const {
 
 size_t SessionText::common_prefix(const StrStorage& s) const {
   const size_t n = std::min(size_, s.size);
-  ScanHelper* helper = n >= kParallelFrom ? ScanHelper::get() : nullptr;
-  if (helper == nullptr) return common_prefix(s, 0, n);
   const size_t segment = kSegmentChunks * kChunk;
-  const size_t failed = helper->first_failing((n + segment - 1) / segment, [&](size_t k) {
-    const size_t at = k * segment;
-    return common_prefix(s, at, std::min(n, at + segment)) == std::min(n, at + segment);
-  });
+  const size_t failed = first_failing(n >= kParallelFrom ? ScanHelper::get() : nullptr, (n + segment - 1) / segment,
+                                      [&](size_t k) {
+                                        const size_t at = k * segment, end = std::min(n, at + segment);
+                                        return common_prefix(s, at, end) == end;
+                                      });
   return failed * segment >= n ? n : common_prefix(s, failed * segment, n);
+}
+
+Divergence::Divergence(const SessionText& text, PyObject* str) : text_(text), s_(str) {
+  const size_t n = std::min(text.size_, s_.size), segment = SessionText::kSegmentChunks * SessionText::kChunk;
+  ScanHelper* helper = n >= SessionText::kParallelFrom ? ScanHelper::get() : nullptr;
+  head_ = n > kTail ? (n - kTail) / segment * segment : 0;
+  segment_ok_ = [this, segment](size_t k) {
+    const size_t at = k * segment;
+    return text_.common_prefix(s_, at, at + segment) == at + segment;
+  };
+  pending_ = helper != nullptr && text.comparing_ == nullptr && helper->post(head_ / segment, &segment_ok_);
+  if (!pending_) {
+    at_ = text.common_prefix(s_);
+    return;
+  }
+  text.comparing_ = this;
+  at_ = text.common_prefix(s_, head_, n);
+}
+
+size_t Divergence::verified() {
+  if (!pending_) return at_;
+  pending_ = false;
+  text_.comparing_ = nullptr;
+  const size_t segment = SessionText::kSegmentChunks * SessionText::kChunk;
+  const size_t failed = ScanHelper::get()->finish();
+  if (failed * segment < head_) at_ = text_.common_prefix(s_, failed * segment, head_);
+  return at_;
 }
 
 // Common prefix within [from, to), from at a chunk start: the position of the first differing
@@ -200,6 +226,7 @@ size_t SessionText::common_prefix(const StrStorage& s, size_t from, size_t to) c
 }
 
 void SessionText::replace_from(PyObject* str, size_t shared) {
+  if (comparing_ != nullptr) comparing_->verified();
   const StrStorage s(str);
   const size_t first = std::min({shared, size_, s.size}) / kChunk;  // chunks before it are kept
   if (first < chunks_.size()) {
@@ -240,6 +267,10 @@ std::string SessionText::utf8(size_t from, size_t to) const {
 }
 
 void register_session_text(py::module_& m) {
+  py::class_<Divergence>(m, "Divergence", "Where a prompt diverges from a session's text (csrc/session_text.h).")
+      .def_property_readonly("at", &Divergence::at, "The provisional divergence, or the proven one once verified.")
+      .def_property_readonly("pending", &Divergence::pending)
+      .def("verified", &Divergence::verified, "The proven divergence (waits for the helper thread's proof).");
   py::class_<SessionText>(m, "SessionText", "A session's text in chunks of the narrowest width (csrc/session_text.h).")
       .def(py::init([](const py::str& s) { return SessionText(s.ptr()); }), py::arg("text"))
       .def("__len__", &SessionText::size)
@@ -248,6 +279,9 @@ void register_session_text(py::module_& m) {
            py::arg("text"), "Length of the common prefix with text, in code points.")
       .def("replace_from", [](SessionText& t, const py::str& s, size_t shared) { t.replace_from(s.ptr(), shared); },
            py::arg("text"), py::arg("shared"), "Becomes text, which shares the first `shared` code points.")
+      .def("compare", [](const SessionText& t, const py::str& s) { return std::make_unique<Divergence>(t, s.ptr()); },
+           py::arg("text"), py::keep_alive<0, 1>(), py::keep_alive<0, 2>(),
+           "Where text diverges from this text: provisional while the helper thread proves the head.")
       .def("copy", [](const SessionText& t) { return SessionText(t); })
       .def("__str__", [](const SessionText& t) { return t.utf8(0, t.size()); });
 }

@@ -9,6 +9,7 @@
 #include <Python.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ void append_utf8(const StrStorage& s, size_t from, size_t to, std::string& out);
 // Hash of the code points s[at, at + n), the same at every storage width (not cryptographic).
 uint64_t hash_code_points(const StrStorage& s, size_t at, size_t n);
 
+class Divergence;
+
 class SessionText {
  public:
   static constexpr size_t kChunk = 256;
@@ -44,12 +47,15 @@ class SessionText {
   static constexpr size_t kSegmentChunks = 64;
 
   explicit SessionText(PyObject* s) { replace_from(s, 0); }
+  SessionText(const SessionText& o) : data_(o.data_), chunks_(o.chunks_), size_(o.size_) {}
+  SessionText(SessionText&&) = default;
 
   size_t size() const { return size_; }
   size_t nbytes() const { return data_.capacity() + chunks_.capacity() * sizeof(Chunk); }
   // Length (code points) of the common prefix of this text and s.
   size_t common_prefix(const StrStorage& s) const;
   // This text becomes s, which shares its first `shared` code points: O(len(s) - shared).
+  // Finishes a Divergence still comparing against the old text first.
   void replace_from(PyObject* s, size_t shared);
   // UTF-8 of the code points [from, to) (clipped to the text).
   std::string utf8(size_t from, size_t to) const;
@@ -62,10 +68,40 @@ class SessionText {
   size_t chunk_size(size_t k) const { return std::min(kChunk, size_ - k * kChunk); }
   uint32_t code_point(const Chunk& c, size_t i) const;
   size_t common_prefix(const StrStorage& s, size_t from, size_t to) const;
+  friend class Divergence;
 
   std::vector<uint8_t> data_;
   std::vector<Chunk> chunks_;
   size_t size_ = 0;
+  mutable Divergence* comparing_ = nullptr;  // a Divergence whose helper may be reading this text
+};
+
+// Where a prompt diverges from a session's text, known early. A resent prompt nearly always
+// diverges in its last turn, so the caller compares the last kTail code points at once and
+// takes the result as provisional, while the helper thread (scan_helper.h) proves the head
+// equal; the caller repairs from the provisional point meanwhile and calls verified() before
+// it changes anything. A prompt under kParallelFrom is compared at once, whole.
+class Divergence {
+ public:
+  static constexpr size_t kTail = 64 * 1024;
+
+  Divergence(const SessionText& text, PyObject* s);
+  ~Divergence() { verified(); }
+  Divergence(const Divergence&) = delete;
+  Divergence& operator=(const Divergence&) = delete;
+
+  // The provisional divergence, or after verified() the proven one.
+  size_t at() const { return at_; }
+  bool pending() const { return pending_; }
+  // The proven divergence: waits for the head's proof (helping with it) when pending.
+  size_t verified();
+
+ private:
+  const SessionText& text_;
+  const StrStorage s_;
+  size_t at_ = 0, head_ = 0;  // head_: the code points the helper proves
+  bool pending_ = false;
+  std::function<bool(size_t)> segment_ok_;
 };
 
 }  // namespace zllm

@@ -276,3 +276,24 @@ def test_stable_boundaries_after_newlines_and_allowed_specials(tokenizers):
     assert boundaries(tok, text) == (12, 25)  # after each special, never next to one after \n
     assert boundaries(tok, text, allowed=frozenset()) == (-1, -1)  # ordinary text: no segment
     assert boundaries(tok, text, old="a\n<|im_end|>\n<|im_startX") == (12, 12)  # old text differs
+
+
+@pytest.mark.parametrize("keyless", [False, True])
+def test_long_prompts_edited_before_their_tail_are_exact(tokenizers, keyless):
+    """A prompt of 256K+ code points is repaired from the divergence its last 64K show while
+    the helper thread proves the head; an edit in the head must send the repair back there,
+    whether the tail alone looked unchanged, appended to, or routed to the full path."""
+    tok = tokenizers["cl100k_base"]
+    base = (LINES * (300_000 // len(LINES) + 1))[:300_000]
+    edit = base[:20_000] + "EDITED" + base[20_006:]
+    again = base[:40_000] + "AGAIN" + edit[40_005:]
+    steps = (base, base + "turn\n",  # an append
+             edit + "turn\nmore\n",  # the tail says append, the head was edited
+             again + "turn\nmore\n",  # the tail says unchanged
+             again + "turn\nmore\n" + "y\n" * 600)  # a long append (routed when route is set)
+    for route in (None, 1_000):
+        inc = IncrementalTokenizer(tok, route_full_after=route, shadow_rate=0)
+        for text in steps:
+            got = inc.encode(text, "s", key=None if keyless else "k").tolist()
+            assert got == tok.encode(text, allowed_special="all")
+        assert inc.stats.unchanged == 0 and (keyless or inc.stats.cold == 1)  # keyless head edits fork

@@ -73,3 +73,19 @@ def test_long_prompts_compare_on_two_threads_and_find_the_first_difference():
     assert text.common_prefix(base + "tail") == n and text.common_prefix(base[:-5]) == n - 5
     for _ in range(200):  # the helper thread joins some scans and not others
         assert text.common_prefix(base[:n // 3] + "#") == n // 3
+
+
+def test_a_long_prompt_is_compared_at_its_tail_first_and_proven_whole_before_use():
+    """compare() answers from the last 64K code points at once and leaves the head to the
+    helper thread: the provisional answer may be too late, never the proven one."""
+    n = 300_000
+    base = ("lorem ipsum é\n" * (n // 14 + 1))[:n]
+    text = _native.SessionText(base)
+    for at in [0, 17, 100_000, n - 70_000, n - 1_000, n - 1]:
+        changed = base[:at] + "#" + base[at + 1:] + "more"
+        divergence = text.compare(changed)
+        assert divergence.at >= at and divergence.verified() == at == divergence.at
+        assert not divergence.pending
+    divergence = text.compare(base[:1_000] + "#" + base[1_001:])
+    text.replace_from(base + "x", n)  # changing the text first finishes the proof against the old one
+    assert divergence.verified() == 1_000 and str(text) == base + "x"

@@ -4,7 +4,9 @@ Agents resend the whole conversation and append a little each call. A session ke
 text and its tokens; a call re-tokenizes only from a stable piece boundary in a window of W
 characters before the point where the new text diverges from the stored one, and splices:
 cost O(appended text + W) plus one vectorised pass comparing the prompt with the stored text
-(kept compact, csrc/session_text.h; long prompts on two threads, csrc/scan_helper.h). NFC,
+(kept compact, csrc/session_text.h). A long prompt's last 64K characters are compared first and
+the repair starts from what they show while a helper thread proves the rest equal
+(csrc/scan_helper.h); nothing changes until that proof is in. NFC,
 for tokenizers that ask for it, is applied from the last ASCII character before the
 divergence (Tokenizer.normalize). The boundary is proven from
 the family's pre-tokenizer rules (csrc/incremental.cpp states the proof), and the old and new
@@ -35,7 +37,7 @@ MAX_DOUBLINGS = 5
 # path (bench/tokenize_incremental.py --router shows it); None keeps every call incremental.
 ROUTE_FULL_AFTER: int | None = None
 FORK_TAIL_FRACTION = 16  # keyless calls fork a session when they discard more than this part
-_NO_BOUNDARY, _DISAGREE = -1, -2  # outcomes of _native.repair (csrc/incremental.cpp)
+_NO_BOUNDARY, _DISAGREE, _MOVED = -1, -2, -3  # outcomes of _native.repair (csrc/incremental.cpp)
 
 
 @dataclass
@@ -89,7 +91,7 @@ class IncrementalTokenizer:
             if session is None:
                 session = self._cold(scope, self.tokenizer.normalize(text))
             else:
-                session = self._continue(session, text, forked=key is None)
+                session = self._continue(session, text, keyless=key is None)
             self.store.remember(session, save_as or key)
             self.store.touch(session)
             ids = session.tokens.ids  # a fresh view of the session's buffer
@@ -120,9 +122,22 @@ class IncrementalTokenizer:
         self.store.add(session, None, text)
         return session
 
-    def _continue(self, session: Session, text: str, forked: bool) -> Session:
-        text, diverged = self._shared_prefix(session, text)
+    def _continue(self, session: Session, text: str, keyless: bool) -> Session:
+        divergence = session.text.compare(text)  # provisional while the helper thread proves the head
+        while True:
+            continued = self._continue_from(session, text, divergence, keyless)
+            if continued is not None:
+                return continued  # else the proven divergence lies earlier: again from there
+
+    def _continue_from(self, session: Session, text: str, divergence: _native.Divergence,
+                       keyless: bool) -> Session | None:
+        """The call, from the divergence as known so far; None when it was provisional and
+        turned out wrong, before anything changed."""
+        text, diverged, pending = self._shared_prefix(session, text, divergence)
         old_len, new_len = len(session.text), len(text)
+        routed = self.route_full_after is not None and new_len - diverged > self.route_full_after
+        if (diverged == old_len == new_len or routed) and pending is not None and pending.verified() != diverged:
+            return None
         if diverged == old_len == new_len:
             self.stats.unchanged += 1
             return session
@@ -131,26 +146,33 @@ class IncrementalTokenizer:
         # such a sibling re-tokenize the discarded tail if it comes back; so fork only for a long
         # tail (re-tokenizing 1/16 of a text costs about what copying it does). The common
         # keyless case, a template re-rendering the last turn, discards a short tail.
-        forked = forked and old_len - diverged > old_len // FORK_TAIL_FRACTION
-        if self.route_full_after is not None and new_len - diverged > self.route_full_after:
+        forked = keyless and old_len - diverged > old_len // FORK_TAIL_FRACTION
+        if routed:
             self.stats.routed_full += 1
             return self._restart(session, text, forked)
-        return self._repair(session, text, diverged, forked)
+        return self._repair(session, text, diverged, forked, pending)
 
-    def _shared_prefix(self, session: Session, text: str) -> tuple[str, int]:
-        """(text as tokenized, code points it shares with the session's text). The session's
-        text is normalized and free of surrogates, so is the prefix text shares with it."""
-        diverged = session.text.common_prefix(text)
+    def _shared_prefix(self, session: Session, text: str, divergence: _native.Divergence
+                       ) -> tuple[str, int, _native.Divergence | None]:
+        """(text as tokenized, code points it shares with the session's text, the divergence if
+        that count is still provisional). The session's text is normalized and free of
+        surrogates, so is the prefix text shares with it."""
+        diverged = divergence.at
+        normal = self.tokenizer.normalize(text, diverged)
+        if normal is text and not _native.has_surrogates(text, diverged):
+            return text, diverged, divergence if divergence.pending else None
+        diverged = divergence.verified()  # rarely here: fix the text from the proven divergence
         normal = self.tokenizer.normalize(text, diverged)
         fixed = self._repaired(normal, diverged if normal is text else 0)
-        if fixed is not text:
-            return fixed, session.text.common_prefix(fixed)
-        return text, diverged
+        return fixed, session.text.common_prefix(fixed), None
 
-    def _repair(self, session: Session, text: str, diverged: int, forked: bool) -> Session:
+    def _repair(self, session: Session, text: str, diverged: int, forked: bool,
+                pending: _native.Divergence | None) -> Session | None:
         outcome, attempt, start, fork_tokens = _native.repair(
             self._core, self._grammar, self._policy, session.text, text, diverged,
-            session.tokens, self.window, self.max_doublings, forked)
+            session.tokens, self.window, self.max_doublings, forked, pending)
+        if outcome == _MOVED:
+            return None
         if outcome == _NO_BOUNDARY:
             self.stats.fallbacks += 1
             return self._restart(session, text, forked)
