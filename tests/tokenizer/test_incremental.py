@@ -296,4 +296,20 @@ def test_long_prompts_edited_before_their_tail_are_exact(tokenizers, keyless):
         for text in steps:
             got = inc.encode(text, "s", key=None if keyless else "k").tolist()
             assert got == tok.encode(text, allowed_special="all")
-        assert inc.stats.unchanged == 0 and (keyless or inc.stats.cold == 1)  # keyless head edits fork
+        assert inc.stats.unchanged == 0
+
+
+def test_a_key_naming_a_user_still_continues_each_of_its_conversations(tokenizers):
+    """Anthropic's metadata.user_id names a user: two conversations of one user alternate under
+    one key. A keyed call that would discard most of its session takes the session sharing
+    the longest prefix instead (and a discarding call forks, keeping the other conversation)."""
+    tok = tokenizers["qwen2"]
+    system = (LINES * 200)[:10_000]
+    convs = [system + f"user: task {name}\n" + (LINES * 200)[k:k + 30_000] for k, name in ((0, "A"), (999, "B"))]
+    inc = IncrementalTokenizer(tok, shadow_rate=0)
+    for turn in range(4):
+        for c in range(2):
+            convs[c] += f"assistant: step {turn}\nuser: ok\n"
+            assert inc.encode(convs[c], "s", key="user-1").tolist() == tok.encode(convs[c], allowed_special="all")
+    assert inc.stats.cold == 1 and inc.stats.rekeyed == 6  # B forks from A once; then each call finds its own
+    assert inc.stats.repairs == 7 and inc.store.stats.sessions == 2

@@ -36,7 +36,7 @@ MAX_DOUBLINGS = 5
 # a window to the append's own work, so there is no crossover to measure against a CPU full
 # path (bench/tokenize_incremental.py --router shows it); None keeps every call incremental.
 ROUTE_FULL_AFTER: int | None = None
-FORK_TAIL_FRACTION = 16  # keyless calls fork a session when they discard more than this part
+FORK_TAIL_FRACTION = 16  # a call forks its session when it discards more than this part
 _NO_BOUNDARY, _DISAGREE, _MOVED = -1, -2, -3  # outcomes of _native.repair (csrc/incremental.cpp)
 
 
@@ -52,6 +52,7 @@ class IncrementalStats:
     fallbacks: int = 0     # no boundary after every doubling: full tokenization
     routed_full: int = 0   # append over the router threshold
     disagreements: int = 0  # old and new tokens differed where the proof says they agree
+    rekeyed: int = 0  # keyed calls continued the session sharing more text than the key's
 
     @property
     def first_window_rate(self) -> float:
@@ -109,7 +110,7 @@ class IncrementalTokenizer:
             "calls": s.calls, "cold": s.cold, "unchanged": s.unchanged, "repairs": s.repairs,
             **{f"accepted_at_{k}": n for k, n in enumerate(s.accepted_at)},
             "whole_window": s.whole_window, "fallbacks": s.fallbacks, "routed_full": s.routed_full,
-            "disagreements": s.disagreements, "first_window_rate": s.first_window_rate,
+            "disagreements": s.disagreements, "rekeyed": s.rekeyed, "first_window_rate": s.first_window_rate,
             "sessions": st.sessions, "session_bytes": st.bytes, "evictions": st.evictions,
             "shadow_checked": sh.checked, "shadow_mismatches": sh.mismatches, "shadow_skipped": sh.skipped,
         }
@@ -136,21 +137,38 @@ class IncrementalTokenizer:
         text, diverged, pending = self._shared_prefix(session, text, divergence)
         old_len, new_len = len(session.text), len(text)
         routed = self.route_full_after is not None and new_len - diverged > self.route_full_after
-        if (diverged == old_len == new_len or routed) and pending is not None and pending.verified() != diverged:
+        # A call that discards much of its session decides from the proven divergence: it forks
+        # the session, and a keyed one first looks for a session sharing more.
+        discards = old_len - diverged > old_len // FORK_TAIL_FRACTION
+        if (diverged == old_len == new_len or routed or discards) and pending is not None \
+                and pending.verified() != diverged:
             return None
         if diverged == old_len == new_len:
             self.stats.unchanged += 1
             return session
-        # Without a key the old text may be another conversation's, which a fork keeps intact.
+        if discards and not keyless:
+            other = self._sharing_more(session, text, diverged)
+            if other is not None:
+                return self._continue(other, text, keyless=True)
+        # The old text may be another conversation's (keyless, or a key naming a user rather
+        # than a conversation, as Anthropic's metadata.user_id does), which a fork keeps intact.
         # A fork copies and re-indexes the whole session, while continuing in place only makes
         # such a sibling re-tokenize the discarded tail if it comes back; so fork only for a long
-        # tail (re-tokenizing 1/16 of a text costs about what copying it does). The common
-        # keyless case, a template re-rendering the last turn, discards a short tail.
-        forked = keyless and old_len - diverged > old_len // FORK_TAIL_FRACTION
+        # tail (re-tokenizing 1/16 of a text costs about what copying it does). The common case,
+        # a template re-rendering the last turn, discards a short tail.
         if routed:
             self.stats.routed_full += 1
-            return self._restart(session, text, forked)
-        return self._repair(session, text, diverged, forked, pending)
+            return self._restart(session, text, discards)
+        return self._repair(session, text, diverged, discards, pending)
+
+    def _sharing_more(self, session: Session, text: str, diverged: int) -> Session | None:
+        """The session of the scope sharing the longest prefix with text, if it shares more
+        than `session` (found by key) does."""
+        other = self.store.longest_prefix(session.scope, text)
+        if other is None or other is session or other.text.common_prefix(text) <= diverged:
+            return None
+        self.stats.rekeyed += 1
+        return other
 
     def _shared_prefix(self, session: Session, text: str, divergence: _native.Divergence
                        ) -> tuple[str, int, _native.Divergence | None]:
