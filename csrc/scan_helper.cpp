@@ -1,5 +1,6 @@
 #include "scan_helper.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -44,16 +45,31 @@ ScanHelper* ScanHelper::get() {
 }
 
 ScanHelper::ScanHelper() {
-  std::thread([this] {
+  sched_getaffinity(0, sizeof allowed_, &allowed_);
+  std::thread helper([this] {
     // The lowest priority: the helper should only use a CPU nobody else wants. Woken at normal
     // priority on a busy host it preempts its own caller and a scan takes twice as long.
     setpriority(PRIO_PROCESS, 0, 19);  // this thread only (Linux)
     serve();
-  }).detach();
+  });
+  thread_ = helper.native_handle();
+  helper.detach();
+}
+
+// The scheduler wakes a thread near its waker: the helper, woken by a caller that keeps
+// running, would wait behind it at the lowest priority until a balancer moves it (often after
+// the scan). So the helper may use any allowed CPU but the caller's (re-set when that changes).
+void ScanHelper::keep_off(int cpu) {
+  if (cpu < 0 || cpu == kept_off_) return;
+  kept_off_ = cpu;
+  cpu_set_t set = allowed_;
+  CPU_CLR(cpu, &set);
+  if (CPU_COUNT(&set) > 0) pthread_setaffinity_np(thread_, sizeof set, &set);
 }
 
 bool ScanHelper::post(size_t count, const std::function<bool(size_t)>* ok) {
   if (taken_.exchange(true)) return false;
+  keep_off(sched_getcpu());
   {
     std::lock_guard<std::mutex> lock(mu_);
     ok_ = ok;

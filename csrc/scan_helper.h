@@ -11,6 +11,9 @@
 // The helper runs at the lowest priority, so it only takes a CPU that would otherwise idle.
 #pragma once
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -37,6 +40,11 @@ class ScanHelper {
   ScanHelper();
   void serve();  // the helper thread's loop
   void claim_segments();
+  void keep_off(int cpu);
+
+  cpu_set_t allowed_;
+  pthread_t thread_;
+  int kept_off_ = -1;  // the CPU the helper may not use (under taken_)
 
   std::atomic<bool> taken_{false};  // a scan is posted and not finished
   std::mutex mu_;
