@@ -186,7 +186,7 @@ size_t SessionText::common_prefix(const StrStorage& s) const {
 
 Divergence::Divergence(const SessionText& text, PyObject* str) : text_(text), s_(str) {
   const size_t n = std::min(text.size_, s_.size), segment = SessionText::kSegmentChunks * SessionText::kChunk;
-  ScanHelper* helper = n >= SessionText::kParallelFrom ? ScanHelper::get() : nullptr;
+  ScanHelper* helper = n >= 2 * kTail ? ScanHelper::get() : nullptr;
   head_ = n > kTail ? (n - kTail) / segment * segment : 0;
   segment_ok_ = [this, segment](size_t k) {
     const size_t at = k * segment;
