@@ -89,3 +89,30 @@ def test_a_long_prompt_is_compared_at_its_tail_first_and_proven_whole_before_use
     divergence = text.compare(base[:1_000] + "#" + base[1_001:])
     text.replace_from(base + "x", n)  # changing the text first finishes the proof against the old one
     assert divergence.verified() == 1_000 and str(text) == base + "x"
+
+
+def test_compares_from_several_threads_share_the_helper_and_stay_exact():
+    """One helper thread serves the process: a compare posted while another caller's scan
+    holds it runs on its caller alone, and every answer is still exact."""
+    import threading
+
+    n = 200_000
+    bases = [(f"thread {k} says lorem ipsum\n" * (n // 20 + 1))[:n] for k in range(3)]
+    errors = []
+
+    def run(base: str) -> None:
+        text = _native.SessionText(base)
+        for i in range(40):
+            at = (i * 7_919) % n
+            changed = base[:at] + "#" + base[at + 1:]
+            pending = text.compare(changed)
+            got = [pending.verified(), text.common_prefix(changed)]
+            if got != [at, at]:
+                errors.append((at, got))
+
+    threads = [threading.Thread(target=run, args=(b,)) for b in bases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
