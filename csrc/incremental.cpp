@@ -382,7 +382,13 @@ Plan plan_repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& pol
 py::tuple repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& policy, const SessionText& old,
                  const py::str& text, size_t diverged, TokenRun& tokens, size_t window, int max_doublings, bool fork,
                  Divergence* divergence) {
-  Plan plan = plan_repair(core, g, policy, old, text, diverged, tokens, window, max_doublings);
+  Plan plan;
+  try {
+    plan = plan_repair(core, g, policy, old, text, diverged, tokens, window, max_doublings);
+  } catch (...) {  // a disallowed special: let the helper go before the error reaches Python
+    if (divergence != nullptr) divergence->verified();
+    throw;
+  }
   if (divergence != nullptr && divergence->verified() != diverged) plan.outcome = kMoved;
   if (plan.outcome != kSpliced) return py::make_tuple(int(plan.outcome), plan.sp.attempt, plan.sp.start, py::none());
   py::object forked = py::none();

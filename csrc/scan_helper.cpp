@@ -61,10 +61,9 @@ ScanHelper::ScanHelper() {
 // the scan). So the helper may use any allowed CPU but the caller's (re-set when that changes).
 void ScanHelper::keep_off(int cpu) {
   if (cpu < 0 || cpu == kept_off_) return;
-  kept_off_ = cpu;
   cpu_set_t set = allowed_;
   CPU_CLR(cpu, &set);
-  if (CPU_COUNT(&set) > 0) pthread_setaffinity_np(thread_, sizeof set, &set);
+  if (CPU_COUNT(&set) > 0 && pthread_setaffinity_np(thread_, sizeof set, &set) == 0) kept_off_ = cpu;
 }
 
 bool ScanHelper::post(size_t count, const std::function<bool(size_t)>* ok) {

@@ -5,6 +5,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -184,15 +186,15 @@ size_t SessionText::common_prefix(const StrStorage& s) const {
   return failed * segment >= n ? n : common_prefix(s, failed * segment, n);
 }
 
-Divergence::Divergence(const SessionText& text, PyObject* str) : text_(text), s_(str) {
+Divergence::Divergence(const SessionText& text, PyObject* str) : text_(text), s_(str), pid_(getpid()) {
   const size_t n = std::min(text.size_, s_.size), segment = SessionText::kSegmentChunks * SessionText::kChunk;
-  ScanHelper* helper = n >= 2 * kTail ? ScanHelper::get() : nullptr;
+  helper_ = n >= 2 * kTail ? ScanHelper::get() : nullptr;
   head_ = n > kTail ? (n - kTail) / segment * segment : 0;
   segment_ok_ = [this, segment](size_t k) {
     const size_t at = k * segment;
     return text_.common_prefix(s_, at, at + segment) == at + segment;
   };
-  pending_ = helper != nullptr && text.comparing_ == nullptr && helper->post(head_ / segment, &segment_ok_);
+  pending_ = helper_ != nullptr && text.comparing_ == nullptr && helper_->post(head_ / segment, &segment_ok_);
   if (!pending_) {
     at_ = text.common_prefix(s_);
     return;
@@ -203,11 +205,13 @@ Divergence::Divergence(const SessionText& text, PyObject* str) : text_(text), s_
 
 size_t Divergence::verified() {
   if (!pending_) return at_;
-  pending_ = false;
-  text_.comparing_ = nullptr;
+  // A child forked meanwhile has no helper thread: it proves the head alone.
   const size_t segment = SessionText::kSegmentChunks * SessionText::kChunk;
-  const size_t failed = ScanHelper::get()->finish();
-  if (failed * segment < head_) at_ = text_.common_prefix(s_, failed * segment, head_);
+  const size_t from = getpid() == pid_ ? helper_->finish() * segment : 0;
+  const size_t proven = text_.common_prefix(s_, std::min(from, head_), head_);
+  if (proven < head_) at_ = proven;
+  text_.comparing_ = nullptr;
+  pending_ = false;  // last: `pending` false means `at` is proven
   return at_;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <Python.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <functional>
@@ -36,6 +37,7 @@ void append_utf8(const StrStorage& s, size_t from, size_t to, std::string& out);
 uint64_t hash_code_points(const StrStorage& s, size_t at, size_t n);
 
 class Divergence;
+class ScanHelper;
 
 class SessionText {
  public:
@@ -48,7 +50,9 @@ class SessionText {
 
   explicit SessionText(PyObject* s) { replace_from(s, 0); }
   SessionText(const SessionText& o) : data_(o.data_), chunks_(o.chunks_), size_(o.size_) {}
-  SessionText(SessionText&&) = default;
+  // A moved-from text is never one a Divergence reads (only fresh texts are moved).
+  SessionText(SessionText&& o) noexcept
+      : data_(std::move(o.data_)), chunks_(std::move(o.chunks_)), size_(o.size_) {}
 
   size_t size() const { return size_; }
   size_t nbytes() const { return data_.capacity() + chunks_.capacity() * sizeof(Chunk); }
@@ -94,12 +98,15 @@ class Divergence {
   // The provisional divergence, or after verified() the proven one.
   size_t at() const { return at_; }
   bool pending() const { return pending_; }
-  // The proven divergence: waits for the head's proof (helping with it) when pending.
+  // The proven divergence: waits for the head's proof (helping with it) when pending. Holds
+  // the helper until then, so other long scans run on their callers alone meanwhile.
   size_t verified();
 
  private:
   const SessionText& text_;
   const StrStorage s_;
+  const pid_t pid_;
+  ScanHelper* helper_ = nullptr;
   size_t at_ = 0, head_ = 0;  // head_: the code points the helper proves
   bool pending_ = false;
   std::function<bool(size_t)> segment_ok_;

@@ -53,6 +53,7 @@ class IncrementalStats:
     routed_full: int = 0   # append over the router threshold
     disagreements: int = 0  # old and new tokens differed where the proof says they agree
     rekeyed: int = 0  # keyed calls continued the session sharing more text than the key's
+    moved: int = 0  # a long prompt's tail hid an earlier divergence (the work from it was redone)
 
     @property
     def first_window_rate(self) -> float:
@@ -110,7 +111,7 @@ class IncrementalTokenizer:
             "calls": s.calls, "cold": s.cold, "unchanged": s.unchanged, "repairs": s.repairs,
             **{f"accepted_at_{k}": n for k, n in enumerate(s.accepted_at)},
             "whole_window": s.whole_window, "fallbacks": s.fallbacks, "routed_full": s.routed_full,
-            "disagreements": s.disagreements, "rekeyed": s.rekeyed, "first_window_rate": s.first_window_rate,
+            "disagreements": s.disagreements, "rekeyed": s.rekeyed, "moved": s.moved, "first_window_rate": s.first_window_rate,
             "sessions": st.sessions, "session_bytes": st.bytes, "evictions": st.evictions,
             "shadow_checked": sh.checked, "shadow_mismatches": sh.mismatches, "shadow_skipped": sh.skipped,
         }
@@ -128,7 +129,8 @@ class IncrementalTokenizer:
         while True:
             continued = self._continue_from(session, text, divergence, keyless)
             if continued is not None:
-                return continued  # else the proven divergence lies earlier: again from there
+                return continued
+            self.stats.moved += 1  # the proven divergence lies earlier: again from there
 
     def _continue_from(self, session: Session, text: str, divergence: _native.Divergence,
                        keyless: bool) -> Session | None:
