@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -66,6 +67,22 @@ void ScanHelper::keep_off(int cpu) {
   if (CPU_COUNT(&set) > 0 && pthread_setaffinity_np(thread_, sizeof set, &set) == 0) kept_off_ = cpu;
 }
 
+// The helper's segment takes a few microseconds, but a nice-19 thread preempted on a busy CPU
+// may not run again for tens of milliseconds: past a short spin, the helper is moved to this
+// caller's CPU, which it then gets by the caller yielding (the next post moves it off again).
+void ScanHelper::wait_for_segment() {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+  while (busy_.load())
+    if (std::chrono::steady_clock::now() > give_up) break;
+  if (!busy_.load()) return;
+  const int cpu = sched_getcpu();
+  cpu_set_t here;
+  CPU_ZERO(&here);
+  if (cpu >= 0) CPU_SET(cpu, &here);
+  if (cpu >= 0 && pthread_setaffinity_np(thread_, sizeof here, &here) == 0) kept_off_ = -1;
+  while (busy_.load()) std::this_thread::yield();
+}
+
 bool ScanHelper::post(size_t count, const std::function<bool(size_t)>* ok) {
   if (taken_.exchange(true)) return false;
   keep_off(sched_getcpu());
@@ -84,8 +101,7 @@ bool ScanHelper::post(size_t count, const std::function<bool(size_t)>* ok) {
 
 size_t ScanHelper::finish() {
   claim_segments();
-  if (!open_.exchange(false))  // the helper joined: wait for the segment it is inside
-    while (busy_.load()) std::this_thread::yield();
+  if (!open_.exchange(false)) wait_for_segment();  // the helper joined
   const size_t failed = failed_.load();
   taken_ = false;
   return failed;

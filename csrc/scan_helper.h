@@ -41,6 +41,8 @@ class ScanHelper {
   void serve();  // the helper thread's loop
   void claim_segments();
   void keep_off(int cpu);
+  void wait_for_segment();
+  static constexpr int kSpinMicros = 30;
 
   cpu_set_t allowed_;
   pthread_t thread_;
