@@ -188,7 +188,7 @@ size_t SessionText::common_prefix(const StrStorage& s) const {
 
 Divergence::Divergence(const SessionText& text, PyObject* str) : text_(text), s_(str), pid_(getpid()) {
   const size_t n = std::min(text.size_, s_.size), segment = SessionText::kSegmentChunks * SessionText::kChunk;
-  helper_ = n >= 2 * kTail ? ScanHelper::get() : nullptr;
+  helper_ = n >= kHelpedFrom ? ScanHelper::get() : nullptr;
   head_ = n > kTail ? (n - kTail) / segment * segment : 0;
   segment_ok_ = [this, segment](size_t k) {
     const size_t at = k * segment;

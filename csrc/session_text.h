@@ -81,14 +81,15 @@ class SessionText {
 };
 
 // Where a prompt diverges from a session's text, known early. A resent prompt nearly always
-// diverges in its last turn, so the caller compares the last kTail code points at once and
-// takes the result as provisional, while the helper thread (scan_helper.h) proves the head
-// equal; the caller repairs from the provisional point meanwhile and calls verified() before
-// it changes anything. A prompt under 2 kTail code points is compared at once, whole: the
-// helper wakes ~40 us after the post, too late to take part of so short a head.
+// diverges in its last turn (in the agent trace, 90% of calls within 3.6K characters of the old
+// end), so the caller compares the last kTail code points at once and takes the result as
+// provisional, while the helper thread (scan_helper.h) proves the head equal; the caller
+// repairs from the provisional point meanwhile and calls verified() before it changes
+// anything. A prompt under kHelpedFrom is compared at once, whole: the helper wakes ~40 us
+// after the post, too late to take part of so short a head.
 class Divergence {
  public:
-  static constexpr size_t kTail = 64 * 1024;
+  static constexpr size_t kTail = 16 * 1024, kHelpedFrom = 128 * 1024;
 
   Divergence(const SessionText& text, PyObject* s);
   ~Divergence() { verified(); }

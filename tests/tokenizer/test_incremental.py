@@ -281,7 +281,7 @@ def test_stable_boundaries_after_newlines_and_allowed_specials(tokenizers):
 
 @pytest.mark.parametrize("keyless", [False, True])
 def test_long_prompts_edited_before_their_tail_are_exact(tokenizers, keyless):
-    """A prompt of 256K+ code points is repaired from the divergence its last 64K show while
+    """A prompt of 128K+ code points is repaired from the divergence its last 16K show while
     the helper thread proves the head; an edit in the head must send the repair back there,
     whether the tail alone looked unchanged, appended to, or routed to the full path."""
     tok = tokenizers["cl100k_base"]

@@ -4,7 +4,7 @@ Agents resend the whole conversation and append a little each call. A session ke
 text and its tokens; a call re-tokenizes only from a stable piece boundary in a window of W
 characters before the point where the new text diverges from the stored one, and splices:
 cost O(appended text + W) plus one vectorised pass comparing the prompt with the stored text
-(kept compact, csrc/session_text.h). A long prompt's last 64K characters are compared first and
+(kept compact, csrc/session_text.h). A long prompt's last 16K characters are compared first and
 the repair starts from what they show while a helper thread proves the rest equal
 (csrc/scan_helper.h); nothing changes until that proof is in. NFC,
 for tokenizers that ask for it, is applied from the last ASCII character before the
