@@ -2,7 +2,9 @@
 // punctuation, so most pieces were seen moments ago:
 // - HotPieces: direct-mapped, pieces of up to 16 bytes and 10 tokens, 2 MB (1 MB of slots
 //   lost a few percent of the pieces of code, and prose has twice as many distinct ones), one
-//   probe that usually hits in L2 -- the common case costs no vocabulary lookup at all;
+//   probe that usually hits in L2 -- the common case costs no vocabulary lookup at all. A new
+//   cache starts as a copy of one seeded with the vocabulary's short tokens (see
+//   TokenizerCore), so most new pieces that are one token hit too;
 // - PieceCache: every merged piece up to kMaxPieceBytes, so BPE runs once per distinct piece.
 //   Bounded: cleared whole when full (cheap; a served context refills it in one pass).
 #pragma once
@@ -60,6 +62,11 @@ class HotPieces {
     w += s.ntok;
     return true;
   }
+  // A piece that is one token, into an empty slot only: seeding tokens in ascending ids gives
+  // a slot to the lowest (most frequent) of the tokens that share it.
+  void seed(const Key& k, uint32_t id) {
+    if (!slots_[k.slot].len) insert(k, &id, 1);
+  }
   void insert(const Key& k, const uint32_t* ids, size_t m) {
     if (m > kMaxTokens) return;
     Slot& s = slots_[k.slot];
@@ -91,7 +98,7 @@ class PieceCache {
   static constexpr size_t kMaxEntries = size_t(1) << 17;
   static constexpr size_t kMaxPieceBytes = 1024;
 
-  PieceCache() : slots_(2 * kMaxEntries, 0) {}
+  explicit PieceCache(const HotPieces& seed) : hot(seed), slots_(2 * kMaxEntries, 0) {}
 
   bool find(const uint8_t* p, size_t n, uint64_t h, uint32_t*& w) const {
     for (size_t i = h & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {

@@ -59,6 +59,7 @@ class TokenizerCore {
   uint32_t* encode_pieces(const uint8_t* s, size_t n, size_t begin, const uint32_t* ends, size_t k,
                           PieceCache& cache, uint32_t* w) const;
   uint32_t* encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const;
+  void seed_hot_pieces();
 
   BytePairModel model_;
   std::vector<Grammar> grammars_;
@@ -66,6 +67,7 @@ class TokenizerCore {
   bool special_first_byte_[256] = {};
   int single_first_byte_ = -1;  // the one first byte all specials share, else negative
   std::vector<std::pair<uint32_t, uint32_t>> special_by_id_;  // (id, index) sorted by id
+  HotPieces hot_seed_;  // what a new cache's hot pieces start as
   std::mutex caches_mu_;
   std::vector<std::unique_ptr<PieceCache>> caches_;
 };
