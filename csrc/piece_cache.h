@@ -24,7 +24,7 @@ class HotPieces {
   static constexpr size_t kMaxBytes = 16, kSlots = size_t(1) << kSlotBits;
   static constexpr size_t kInline = 4;  // ids kept in the slot; longer encodings spill
 
-  HotPieces() : slots_(kSlots) {}
+  HotPieces() : slots_(kSlots), spill_(kMaxSpill + kMaxBytes) {}
 
   struct Key {
     uint64_t lo, hi;
@@ -52,9 +52,10 @@ class HotPieces {
   // rarely waits for memory.
   void prefetch(const Key& k) const { __builtin_prefetch(&slots_[k.slot]); }
   // On a hit, writes the piece's ids at w, advances w and returns true. Writes kCopyAhead ids
-  // at w even when the piece has fewer (the caller leaves that much room), so the common
-  // short copy is one 16-byte store with no branch on the piece's token count.
-  static constexpr size_t kCopyAhead = kInline;
+  // at w even when the piece has fewer (the caller leaves that much room), so a copy has a
+  // fixed size: the common one a 16-byte store, a spilled one (at most a token a byte) no
+  // call to memcpy.
+  static constexpr size_t kCopyAhead = kMaxBytes;
   bool find(const Key& k, uint32_t*& w) const {
     const Slot& s = slots_[k.slot];
     if ((s.lo ^ k.lo) | (s.hi ^ k.hi) | ((s.ids[0] >> kLenShift) ^ k.len)) return false;  // one branch, not three
@@ -65,7 +66,7 @@ class HotPieces {
       std::memcpy(w, ids, sizeof(ids));
       w += count;
     } else {
-      std::memcpy(w, spill_.data() + s.ids[1], s.ids[2] * sizeof(uint32_t));
+      std::memcpy(w, spill_.data() + s.ids[1], kMaxBytes * sizeof(uint32_t));
       w += s.ids[2];
     }
     return true;
@@ -78,10 +79,11 @@ class HotPieces {
       std::memcpy(s.ids, ids, m * sizeof(uint32_t));
       s.ids[0] |= uint32_t(m) << kIdBits;
     } else {
-      if (spill_.size() + m > kMaxSpill) drop_spilled();
-      s.ids[1] = uint32_t(spill_.size());
+      if (spilled_ + m > kMaxSpill) drop_spilled();
+      s.ids[1] = uint32_t(spilled_);
       s.ids[2] = uint32_t(m);
-      spill_.insert(spill_.end(), ids, ids + m);
+      std::memcpy(spill_.data() + spilled_, ids, m * sizeof(uint32_t));
+      spilled_ += m;
     }
     s.lo = k.lo;
     s.hi = k.hi;
@@ -110,7 +112,7 @@ class HotPieces {
   void drop_spilled() {
     for (Slot& s : slots_)
       if (s.ids[0] && !((s.ids[0] >> kIdBits) & kCountMask)) s = Slot{};
-    spill_.clear();
+    spilled_ = 0;
   }
   // 32 bytes, two to a cache line: the 2 MB of slots hold twice the pieces (and seeded tokens)
   // that 64-byte slots with ten ids did.
@@ -119,7 +121,8 @@ class HotPieces {
     uint32_t ids[kInline] = {};
   };
   std::vector<Slot> slots_;
-  std::vector<uint32_t> spill_;
+  std::vector<uint32_t> spill_;  // kMaxBytes more than it fills, for the fixed-size copy
+  size_t spilled_ = 0;
 };
 
 class PieceCache {
