@@ -58,14 +58,6 @@ py::list to_list(const Tokens& tokens) {
   return py::reinterpret_steal<py::list>(list);
 }
 
-// The ids as one uint32 array: no Python object per token, for callers that hand ids to
-// numpy or torch (tiktoken's encode_to_numpy; gigatoken returns its ids this way too).
-py::array_t<uint32_t> to_array(const Tokens& tokens) {
-  py::array_t<uint32_t> out(tokens.size);
-  std::memcpy(out.mutable_data(), tokens.ids.get(), tokens.size * sizeof(uint32_t));
-  return out;
-}
-
 [[noreturn]] void raise_disallowed(const TokenizerCore& core, long k) {
   throw py::value_error("Encountered text corresponding to disallowed special token " +
                         py::repr(py::str(core.specials()[size_t(k)].bytes)).cast<std::string>() +
@@ -106,6 +98,48 @@ auto encode_one(TokenizerCore& core, const py::str& text, const SpecialPolicy& p
   auto result = convert(out);
   if (out.capacity <= kKeepTokens) kept = std::move(out);
   return result;
+}
+
+// The ids as one uint32 array: no Python object per token, for callers that hand ids to
+// numpy or torch (tiktoken's encode_to_numpy; gigatoken returns its ids this way too). The
+// array owns the buffer encode wrote, so nothing is copied; when the array dies the buffer
+// goes back to a small pool, its pages still mapped, for the next call to write without page
+// faults. The pool is touched only with the GIL held.
+std::vector<std::unique_ptr<Tokens>>& lent_buffers() {
+  static std::vector<std::unique_ptr<Tokens>> pool;
+  return pool;
+}
+
+void give_back(Tokens* tokens) {
+  constexpr size_t kKeepBuffers = 2, kKeepTokens = size_t(1) << 24;
+  auto& pool = lent_buffers();
+  if (pool.size() < kKeepBuffers && tokens->capacity <= kKeepTokens) {
+    pool.emplace_back(tokens);
+  } else {
+    delete tokens;
+  }
+}
+
+py::array_t<uint32_t> encode_array(TokenizerCore& core, const py::str& text, const SpecialPolicy& policy) {
+  auto& pool = lent_buffers();
+  std::unique_ptr<Tokens> out = pool.empty() ? std::make_unique<Tokens>() : std::move(pool.back());
+  if (!pool.empty()) pool.pop_back();
+  Text t = utf8_of(text);
+  long bad;
+  {
+    py::gil_scoped_release nogil;
+    CacheLease cache(core);
+    bad = core.encode(t.data, t.size, policy, *cache, *out);
+  }
+  if (bad >= 0) {
+    give_back(out.release());
+    raise_disallowed(core, bad);
+  }
+  const uint32_t* ids = out->ids.get();
+  const size_t size = out->size;
+  py::capsule owner(out.get(), [](void* p) { give_back(static_cast<Tokens*>(p)); });
+  out.release();
+  return py::array_t<uint32_t>({size}, {sizeof(uint32_t)}, ids, owner);
 }
 
 py::list encode_batch(TokenizerCore& core, const py::list& texts, const SpecialPolicy& policy, int threads) {
@@ -210,7 +244,7 @@ void register_tokenizer(py::module_& m) {
         return ids;
       }, "Special ids in the order SpecialPolicy vectors are indexed.")
       .def("encode", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return encode_one(c, t, p, to_list); })
-      .def("encode_array", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return encode_one(c, t, p, to_array); })
+      .def("encode_array", &encode_array)
       .def("count", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) {
         return encode_one(c, t, p, [](const Tokens& tokens) { return tokens.size; });
       })
