@@ -102,9 +102,11 @@ auto encode_one(TokenizerCore& core, const py::str& text, const SpecialPolicy& p
 
 // The ids as one uint32 array: no Python object per token, for callers that hand ids to
 // numpy or torch (tiktoken's encode_to_numpy; gigatoken returns its ids this way too). The
-// array owns the buffer encode wrote, so nothing is copied; when the array dies the buffer
-// goes back to a small pool, its pages still mapped, for the next call to write without page
-// faults. The pool is touched only with the GIL held.
+// array owns its buffer; when the array dies the buffer goes back to a small pool, its pages
+// mapped, and a later text that fits one is encoded straight into it: no copy and no page
+// faults. Otherwise the ids are encoded into the thread's kept buffer and copied into a new
+// buffer of the same capacity (page faults inside the encode loop would evict its tables).
+// The pool is touched only with the GIL held.
 std::vector<std::unique_ptr<Tokens>>& lent_buffers() {
   static std::vector<std::unique_ptr<Tokens>> pool;
   return pool;
@@ -120,11 +122,32 @@ void give_back(Tokens* tokens) {
   }
 }
 
+py::array_t<uint32_t> lend(std::unique_ptr<Tokens> tokens) {
+  const uint32_t* ids = tokens->ids.get();
+  const size_t size = tokens->size;
+  py::capsule owner(tokens.get(), [](void* p) { give_back(static_cast<Tokens*>(p)); });
+  tokens.release();
+  return py::array_t<uint32_t>({size}, {sizeof(uint32_t)}, ids, owner);
+}
+
+py::array_t<uint32_t> copy_to_array(const Tokens& tokens) {
+  auto copy = std::make_unique<Tokens>();
+  copy->ids.reset(new uint32_t[tokens.capacity]);
+  copy->capacity = tokens.capacity;
+  copy->size = tokens.size;
+  std::memcpy(copy->ids.get(), tokens.ids.get(), tokens.size * sizeof(uint32_t));
+  return lend(std::move(copy));
+}
+
 py::array_t<uint32_t> encode_array(TokenizerCore& core, const py::str& text, const SpecialPolicy& policy) {
-  auto& pool = lent_buffers();
-  std::unique_ptr<Tokens> out = pool.empty() ? std::make_unique<Tokens>() : std::move(pool.back());
-  if (!pool.empty()) pool.pop_back();
   Text t = utf8_of(text);
+  auto& pool = lent_buffers();
+  auto fits = std::find_if(pool.begin(), pool.end(), [&](const std::unique_ptr<Tokens>& b) {
+    return b->capacity >= TokenizerCore::worst_case_tokens(t.size);
+  });
+  if (fits == pool.end()) return encode_one(core, text, policy, copy_to_array);
+  std::unique_ptr<Tokens> out = std::move(*fits);
+  pool.erase(fits);
   long bad;
   {
     py::gil_scoped_release nogil;
@@ -135,11 +158,7 @@ py::array_t<uint32_t> encode_array(TokenizerCore& core, const py::str& text, con
     give_back(out.release());
     raise_disallowed(core, bad);
   }
-  const uint32_t* ids = out->ids.get();
-  const size_t size = out->size;
-  py::capsule owner(out.get(), [](void* p) { give_back(static_cast<Tokens*>(p)); });
-  out.release();
-  return py::array_t<uint32_t>({size}, {sizeof(uint32_t)}, ids, owner);
+  return lend(std::move(out));
 }
 
 py::list encode_batch(TokenizerCore& core, const py::list& texts, const SpecialPolicy& policy, int threads) {

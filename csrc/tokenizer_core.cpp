@@ -61,8 +61,7 @@ size_t TokenizerCore::find_special(const uint8_t* s, size_t n, size_t from, size
 
 long TokenizerCore::encode(const uint8_t* s, size_t n, const SpecialPolicy& policy, PieceCache& cache,
                            Tokens& out) const {
-  // A token covers at least one byte, a special too; the hot cache's copies write ahead.
-  const size_t capacity = n + 1 + HotPieces::kCopyAhead;
+  const size_t capacity = worst_case_tokens(n);
   if (out.capacity < capacity) {
     out.ids.reset(new uint32_t[capacity]);
     out.capacity = capacity;

@@ -39,9 +39,12 @@ class TokenizerCore {
   TokenizerCore(BytePairModel model, std::vector<Grammar> grammars, std::vector<Special> specials);
 
   // The ids of s[0, n) into out. Returns -1, or the index of a disallowed special found.
+  // out grows to worst_case_tokens(n) ids unless it has them.
   long encode(const uint8_t* s, size_t n, const SpecialPolicy& policy, PieceCache& cache, Tokens& out) const;
   // Pieces of ordinary text (no special splitting), as end offsets relative to s.
   void split(const uint8_t* s, size_t n, std::vector<uint32_t>& ends) const;
+  // A token covers at least one byte, a special too; the hot cache's copies write ahead.
+  static size_t worst_case_tokens(size_t n) { return n + 1 + HotPieces::kCopyAhead; }
   bool append_token_bytes(uint32_t id, std::string& out) const;
 
   std::unique_ptr<PieceCache> acquire_cache();
