@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "ascii_block.h"
 #include "tokenizer_core.h"
 
 namespace py = pybind11;
@@ -271,6 +272,10 @@ void register_tokenizer(py::module_& m) {
       .def("decode_bytes", &decode_bytes)
       .def("split", &split_pieces, "Pre-tokenizer pieces of ordinary text (no special splitting).");
   m.def("char_classes", &char_classes, "The CharClass of each code point, one byte each.");
+  m.def("simd_masks_agree", [](const py::bytes& b) {
+    const std::string s = b;
+    return simd_masks_agree(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  }, "Whether the block rules' AVX2 and SSE2 class masks agree on every window of the bytes.");
 }
 
 }  // namespace zllm
