@@ -286,14 +286,14 @@ AsciiBlock sse2_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos
 }
 
 // Resolved once, when the module loads.
-const auto kBlock = __builtin_cpu_supports("avx2") ? avx2_block : sse2_block;
+const auto kBlock = cpu_has_avx2() ? avx2_block : sse2_block;
 
 }  // namespace
 
 AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos) { return kBlock(rules, s, pos); }
 
 bool simd_masks_agree(const uint8_t* s, size_t n) {
-  if (!__builtin_cpu_supports("avx2")) return true;
+  if (!cpu_has_avx2()) return true;
   for (size_t pos = 0; pos + 64 <= n; ++pos) {
     const Masks64 a = Sse2Masks::of(s + pos), b = Avx2Masks::of(s + pos);
     if (std::memcmp(&a, &b, sizeof(a)) != 0) return false;
