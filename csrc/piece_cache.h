@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bpe.h"
+#include "huge_pages.h"
 
 namespace zllm {
 
@@ -120,7 +121,7 @@ class HotPieces {
     uint64_t lo = 0, hi = 0;
     uint32_t ids[kInline] = {};
   };
-  std::vector<Slot> slots_;
+  HugeVector<Slot> slots_;
   std::vector<uint32_t> spill_;  // kMaxBytes more than it fills, for the fixed-size copy
   size_t spilled_ = 0;
 };
@@ -169,7 +170,7 @@ class PieceCache {
     uint64_t hash;
     uint32_t key_off, key_len, ids_off, ids_len;
   };
-  std::vector<uint32_t> slots_;  // entry index + 1, 0 = empty
+  HugeVector<uint32_t> slots_;  // entry index + 1, 0 = empty
   std::vector<Entry> entries_;
   std::string keys_;
   std::vector<uint32_t> ids_;
