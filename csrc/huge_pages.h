@@ -29,7 +29,9 @@ struct HugePageAllocator {
     const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
     void* p = std::aligned_alloc(kHugePage, rounded);
     if (!p) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE  // Linux
     madvise(p, rounded, MADV_HUGEPAGE);
+#endif
     return static_cast<T*>(p);
   }
   void deallocate(T* p, size_t n) {
