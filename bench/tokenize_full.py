@@ -22,6 +22,10 @@ import sys
 import time
 from pathlib import Path
 
+# numpy's OpenBLAS starts a thread per CPU that spins for a while; no library here uses BLAS,
+# and its spinning would count, at random, in whichever library's process CPU time it overlaps.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 

@@ -42,4 +42,8 @@ struct AsciiBlock {
 // valid.
 AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos);
 
+// The class masks run on AVX2 where the CPU has it, else on SSE2: whether the two agree on
+// every 64-byte window of s[0, n) (true without AVX2), so tests cover the path not taken.
+bool simd_masks_agree(const uint8_t* s, size_t n);
+
 }  // namespace zllm

@@ -10,6 +10,12 @@
 
 namespace zllm {
 
+// Whether this CPU runs AVX2 (the block rules' class masks have a path for it).
+inline bool cpu_has_avx2() {
+  __builtin_cpu_init();  // may run before the runtime's own detection, in a static initializer
+  return __builtin_cpu_supports("avx2");
+}
+
 // Bit k set where byte k lies in [lo, hi]. Signed byte compares are exact since lo >= 0:
 // bytes >= 0x80 read as negative and never match.
 inline uint32_t range_mask(__m128i b, char lo, char hi) {

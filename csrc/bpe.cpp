@@ -66,7 +66,7 @@ uint32_t TokenIndex::find(const uint8_t* p, size_t n, uint64_t h, const uint32_t
 }
 
 void MergeTable::rehash(size_t slots) {
-  std::vector<uint64_t> old(slots, 0);
+  HugeVector<uint64_t> old(slots, 0);
   old.swap(slots_);
   mask_ = slots_.size() - 1;
   for (uint64_t s : old) {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "huge_pages.h"
+
 namespace zllm {
 
 // The first min(n, 8) bytes of p, little-endian, zero-padded; never reads past p + n.
@@ -53,7 +55,7 @@ class TokenIndex {
     uint32_t len;
     uint32_t id_plus_1;  // 0 = empty
   };
-  std::vector<Slot> slots_;
+  HugeVector<Slot> slots_;
   uint64_t mask_ = 0;
   std::vector<uint64_t> filter_;
   int filter_shift_ = 64;
@@ -95,7 +97,7 @@ class MergeTable {
   static uint64_t pair_key(uint32_t left, uint32_t right) { return ((uint64_t(left) << 20) | right) + 1; }
   uint64_t slot_of(uint64_t key) const { return ((key * 0x9E3779B97F4A7C15ull) >> 20) & mask_; }
   void rehash(size_t slots);
-  std::vector<uint64_t> slots_;  // key << 24 | priority, 0 = empty
+  HugeVector<uint64_t> slots_;  // key << 24 | priority, 0 = empty
   std::vector<uint32_t> merged_;  // priority -> merged id when they differ, else empty
   size_t size_ = 0;
   uint64_t mask_ = 0;
@@ -137,7 +139,7 @@ class BytePairModel {
   TokenIndex index_;
   MergeTable merges_;
   uint32_t byte_ids_[256];
-  std::vector<Merge> byte_merges_;  // [first byte << 8 | second byte]
+  HugeVector<Merge> byte_merges_;  // [first byte << 8 | second byte]
   bool whole_piece_first_;
 };
 

@@ -1,8 +1,10 @@
 // Per-worker caches of encoded pieces. Agent contexts repeat identifiers, indentation and
 // punctuation, so most pieces were seen moments ago:
-// - HotPieces: direct-mapped, pieces of up to 16 bytes and 10 tokens, 2 MB (1 MB of slots
-//   lost a few percent of the pieces of code, and prose has twice as many distinct ones), one
-//   probe that usually hits in L2 -- the common case costs no vocabulary lookup at all;
+// - HotPieces: direct-mapped, pieces of up to 16 bytes, 2 MB (1 MB of slots lost a few
+//   percent of the pieces of code, and prose has twice as many distinct ones), one
+//   probe that usually hits in L2 -- the common case costs no vocabulary lookup at all. A new
+//   cache starts as a copy of one seeded with the vocabulary's short tokens (see
+//   TokenizerCore), so most new pieces that are one token hit too;
 // - PieceCache: every merged piece up to kMaxPieceBytes, so BPE runs once per distinct piece.
 //   Bounded: cleared whole when full (cheap; a served context refills it in one pass).
 #pragma once
@@ -13,15 +15,17 @@
 #include <vector>
 
 #include "bpe.h"
+#include "huge_pages.h"
 
 namespace zllm {
 
 class HotPieces {
  public:
-  static constexpr int kSlotBits = 15;
-  static constexpr size_t kMaxBytes = 16, kMaxTokens = 10, kSlots = size_t(1) << kSlotBits;
+  static constexpr int kSlotBits = 16;
+  static constexpr size_t kMaxBytes = 16, kSlots = size_t(1) << kSlotBits;
+  static constexpr size_t kInline = 4;  // ids kept in the slot; longer encodings spill
 
-  HotPieces() : slots_(kSlots) {}
+  HotPieces() : slots_(kSlots), spill_(kMaxSpill + kMaxBytes) {}
 
   struct Key {
     uint64_t lo, hi;
@@ -48,40 +52,78 @@ class HotPieces {
   // Keys are made a batch ahead of their lookups and their slots prefetched, so a lookup
   // rarely waits for memory.
   void prefetch(const Key& k) const { __builtin_prefetch(&slots_[k.slot]); }
-  // On a hit, writes the piece's ids at w, advances w and returns true. Writes up to
-  // kCopyAhead ids at w even when the piece has fewer (the caller leaves that much room), so
-  // the common short copy has no branch on the piece's token count.
-  static constexpr size_t kCopyAhead = 4;
+  // On a hit, writes the piece's ids at w, advances w and returns true. Writes kCopyAhead ids
+  // at w even when the piece has fewer (the caller leaves that much room), so a copy has a
+  // fixed size: the common one a 16-byte store, a spilled one (at most a token a byte) no
+  // call to memcpy.
+  static constexpr size_t kCopyAhead = kMaxBytes;
   bool find(const Key& k, uint32_t*& w) const {
     const Slot& s = slots_[k.slot];
-    if ((s.lo ^ k.lo) | (s.hi ^ k.hi) | (s.len ^ k.len)) return false;  // one branch, not three
-    std::memcpy(w, s.ids, kCopyAhead * sizeof(uint32_t));
-    if (s.ntok > kCopyAhead) std::memcpy(w + kCopyAhead, s.ids + kCopyAhead, (s.ntok - kCopyAhead) * sizeof(uint32_t));
-    w += s.ntok;
+    if ((s.lo ^ k.lo) | (s.hi ^ k.hi) | ((s.ids[0] >> kLenShift) ^ k.len)) return false;  // one branch, not three
+    if (const uint32_t count = (s.ids[0] >> kIdBits) & kCountMask) {
+      uint32_t ids[kInline];
+      std::memcpy(ids, s.ids, sizeof(ids));
+      ids[0] &= kIdMask;
+      std::memcpy(w, ids, sizeof(ids));
+      w += count;
+    } else {
+      std::memcpy(w, spill_.data() + s.ids[1], kMaxBytes * sizeof(uint32_t));
+      w += s.ids[2];
+    }
     return true;
   }
   void insert(const Key& k, const uint32_t* ids, size_t m) {
-    if (m > kMaxTokens) return;
     Slot& s = slots_[k.slot];
+    s = Slot{};
+    if (m <= kInline) {
+      if (ids[0] > kIdMask) return;
+      std::memcpy(s.ids, ids, m * sizeof(uint32_t));
+      s.ids[0] |= uint32_t(m) << kIdBits;
+    } else {
+      if (spilled_ + m > kMaxSpill) drop_spilled();
+      s.ids[1] = uint32_t(spilled_);
+      s.ids[2] = uint32_t(m);
+      std::memcpy(spill_.data() + spilled_, ids, m * sizeof(uint32_t));
+      spilled_ += m;
+    }
     s.lo = k.lo;
     s.hi = k.hi;
-    s.len = k.len;
-    s.ntok = uint32_t(m);
-    std::memcpy(s.ids, ids, m * sizeof(uint32_t));
+    s.ids[0] |= k.len << kLenShift;
+  }
+  // A piece that is one token, into an empty slot only: seeding tokens in ascending ids gives
+  // a slot to the lowest (most frequent) of the tokens that share it.
+  void seed(const Key& k, uint32_t id) {
+    if (!slots_[k.slot].ids[0]) insert(k, &id, 1);
   }
 
  private:
   static constexpr uint64_t kLowBytes[9] = {0, 0xFF, 0xFFFF, 0xFFFFFF, 0xFFFFFFFF, 0xFFFFFFFFFF,
                                             0xFFFFFFFFFFFF, 0xFFFFFFFFFFFFFF, ~uint64_t(0)};
+  // A slot's first id has 24 bits (every vocabulary's ids fit 20: MergeTable::kMaxId); above
+  // them the piece's length (5 bits, 1-16; 0 marks an empty slot) and how many ids are inline
+  // (3 bits; 0: they spilled, ids[1] and ids[2] give where and how many).
+  static constexpr int kIdBits = 24, kLenShift = 27;
+  static constexpr uint32_t kIdMask = (1u << kIdBits) - 1, kCountMask = 7;
+  // Spilled ids (pieces of more than kInline tokens, such as indentation that r50k encodes one
+  // token a space) are kept until this many, then dropped with their slots and kept anew.
+  static constexpr size_t kMaxSpill = size_t(1) << 18;
   static uint32_t index(uint64_t lo, uint64_t hi, size_t n) {  // the top bits of two products
     return uint32_t((((lo ^ n) * 0x9E3779B97F4A7C15ull) ^ (hi * 0xC2B2AE3D27D4EB4Full)) >> (64 - kSlotBits));
   }
-  struct alignas(64) Slot {
+  void drop_spilled() {
+    for (Slot& s : slots_)
+      if (s.ids[0] && !((s.ids[0] >> kIdBits) & kCountMask)) s = Slot{};
+    spilled_ = 0;
+  }
+  // 32 bytes, two to a cache line: the 2 MB of slots hold twice the pieces (and seeded tokens)
+  // that 64-byte slots with ten ids did.
+  struct alignas(32) Slot {
     uint64_t lo = 0, hi = 0;
-    uint32_t len = 0, ntok = 0;  // len 0 never matches: empty pieces are never looked up
-    uint32_t ids[kMaxTokens];
+    uint32_t ids[kInline] = {};
   };
-  std::vector<Slot> slots_;
+  HugeVector<Slot> slots_;
+  std::vector<uint32_t> spill_;  // kMaxBytes more than it fills, for the fixed-size copy
+  size_t spilled_ = 0;
 };
 
 class PieceCache {
@@ -91,7 +133,7 @@ class PieceCache {
   static constexpr size_t kMaxEntries = size_t(1) << 17;
   static constexpr size_t kMaxPieceBytes = 1024;
 
-  PieceCache() : slots_(2 * kMaxEntries, 0) {}
+  explicit PieceCache(const HotPieces& seed) : hot(seed), slots_(2 * kMaxEntries, 0) {}
 
   bool find(const uint8_t* p, size_t n, uint64_t h, uint32_t*& w) const {
     for (size_t i = h & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
@@ -128,7 +170,7 @@ class PieceCache {
     uint64_t hash;
     uint32_t key_off, key_len, ids_off, ids_len;
   };
-  std::vector<uint32_t> slots_;  // entry index + 1, 0 = empty
+  HugeVector<uint32_t> slots_;  // entry index + 1, 0 = empty
   std::vector<Entry> entries_;
   std::string keys_;
   std::vector<uint32_t> ids_;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "ascii_block.h"
 #include "tokenizer_core.h"
 
 namespace py = pybind11;
@@ -58,14 +59,6 @@ py::list to_list(const Tokens& tokens) {
   return py::reinterpret_steal<py::list>(list);
 }
 
-// The ids as one uint32 array: no Python object per token, for callers that hand ids to
-// numpy or torch (tiktoken's encode_to_numpy; gigatoken returns its ids this way too).
-py::array_t<uint32_t> to_array(const Tokens& tokens) {
-  py::array_t<uint32_t> out(tokens.size);
-  std::memcpy(out.mutable_data(), tokens.ids.get(), tokens.size * sizeof(uint32_t));
-  return out;
-}
-
 [[noreturn]] void raise_disallowed(const TokenizerCore& core, long k) {
   throw py::value_error("Encountered text corresponding to disallowed special token " +
                         py::repr(py::str(core.specials()[size_t(k)].bytes)).cast<std::string>() +
@@ -106,6 +99,67 @@ auto encode_one(TokenizerCore& core, const py::str& text, const SpecialPolicy& p
   auto result = convert(out);
   if (out.capacity <= kKeepTokens) kept = std::move(out);
   return result;
+}
+
+// The ids as one uint32 array: no Python object per token, for callers that hand ids to
+// numpy or torch (tiktoken's encode_to_numpy; gigatoken returns its ids this way too). The
+// array owns its buffer; when the array dies the buffer goes back to a small pool, its pages
+// mapped, and a later text that fits one is encoded straight into it: no copy and no page
+// faults. Otherwise the ids are encoded into the thread's kept buffer and copied into a new
+// buffer of the same capacity (page faults inside the encode loop would evict its tables).
+// The pool is touched only with the GIL held.
+std::vector<std::unique_ptr<Tokens>>& lent_buffers() {
+  static std::vector<std::unique_ptr<Tokens>> pool;
+  return pool;
+}
+
+void give_back(Tokens* tokens) {
+  constexpr size_t kKeepBuffers = 2, kKeepTokens = size_t(1) << 24;
+  auto& pool = lent_buffers();
+  if (pool.size() < kKeepBuffers && tokens->capacity <= kKeepTokens) {
+    pool.emplace_back(tokens);
+  } else {
+    delete tokens;
+  }
+}
+
+py::array_t<uint32_t> lend(std::unique_ptr<Tokens> tokens) {
+  const uint32_t* ids = tokens->ids.get();
+  const size_t size = tokens->size;
+  py::capsule owner(tokens.get(), [](void* p) { give_back(static_cast<Tokens*>(p)); });
+  tokens.release();
+  return py::array_t<uint32_t>({size}, {sizeof(uint32_t)}, ids, owner);
+}
+
+py::array_t<uint32_t> copy_to_array(const Tokens& tokens) {
+  auto copy = std::make_unique<Tokens>();
+  copy->ids.reset(new uint32_t[tokens.capacity]);
+  copy->capacity = tokens.capacity;
+  copy->size = tokens.size;
+  std::memcpy(copy->ids.get(), tokens.ids.get(), tokens.size * sizeof(uint32_t));
+  return lend(std::move(copy));
+}
+
+py::array_t<uint32_t> encode_array(TokenizerCore& core, const py::str& text, const SpecialPolicy& policy) {
+  Text t = utf8_of(text);
+  auto& pool = lent_buffers();
+  auto fits = std::find_if(pool.begin(), pool.end(), [&](const std::unique_ptr<Tokens>& b) {
+    return b->capacity >= TokenizerCore::worst_case_tokens(t.size);
+  });
+  if (fits == pool.end()) return encode_one(core, text, policy, copy_to_array);
+  std::unique_ptr<Tokens> out = std::move(*fits);
+  pool.erase(fits);
+  long bad;
+  {
+    py::gil_scoped_release nogil;
+    CacheLease cache(core);
+    bad = core.encode(t.data, t.size, policy, *cache, *out);
+  }
+  if (bad >= 0) {
+    give_back(out.release());
+    raise_disallowed(core, bad);
+  }
+  return lend(std::move(out));
 }
 
 py::list encode_batch(TokenizerCore& core, const py::list& texts, const SpecialPolicy& policy, int threads) {
@@ -210,7 +264,7 @@ void register_tokenizer(py::module_& m) {
         return ids;
       }, "Special ids in the order SpecialPolicy vectors are indexed.")
       .def("encode", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return encode_one(c, t, p, to_list); })
-      .def("encode_array", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) { return encode_one(c, t, p, to_array); })
+      .def("encode_array", &encode_array)
       .def("count", [](TokenizerCore& c, const py::str& t, const SpecialPolicy& p) {
         return encode_one(c, t, p, [](const Tokens& tokens) { return tokens.size; });
       })
@@ -218,6 +272,10 @@ void register_tokenizer(py::module_& m) {
       .def("decode_bytes", &decode_bytes)
       .def("split", &split_pieces, "Pre-tokenizer pieces of ordinary text (no special splitting).");
   m.def("char_classes", &char_classes, "The CharClass of each code point, one byte each.");
+  m.def("simd_masks_agree", [](const py::bytes& b) {
+    const std::string s = b;
+    return simd_masks_agree(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  }, "Whether the block rules' AVX2 and SSE2 class masks agree on every window of the bytes.");
 }
 
 }  // namespace zllm

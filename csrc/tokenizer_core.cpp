@@ -18,6 +18,25 @@ TokenizerCore::TokenizerCore(BytePairModel model, std::vector<Grammar> grammars,
     if (!special_first_byte_[b]) continue;
     single_first_byte_ = single_first_byte_ == -1 ? b : -2;
   }
+  seed_hot_pieces();
+}
+
+// When a piece that is one token is that token (tiktoken), every short token is the encoding
+// of its own bytes: a new cache starts with them, as many as its slots keep (the lowest ids,
+// the most frequent), so a piece seen for the first time is usually a hit instead of a
+// vocabulary probe that misses every cache.
+void TokenizerCore::seed_hot_pieces() {
+  if (!model_.whole_piece_first()) return;
+  const uint32_t* off = model_.offsets().data();
+  const uint8_t* arena = reinterpret_cast<const uint8_t*>(model_.arena().data());
+  for (uint32_t id = 0; id < model_.num_tokens(); ++id) {
+    const uint8_t* p = arena + off[id];
+    const size_t n = off[id + 1] - off[id];
+    if (n == 0 || n > HotPieces::kMaxBytes) continue;
+    // The id a lookup of these bytes finds: the lowest, when tokens share their bytes.
+    const int64_t whole = model_.whole(p, n, hash_bytes(p, n));
+    hot_seed_.seed(HotPieces::key(p, n, n), uint32_t(whole));
+  }
 }
 
 size_t TokenizerCore::find_special(const uint8_t* s, size_t n, size_t from, size_t* index) const {
@@ -42,8 +61,7 @@ size_t TokenizerCore::find_special(const uint8_t* s, size_t n, size_t from, size
 
 long TokenizerCore::encode(const uint8_t* s, size_t n, const SpecialPolicy& policy, PieceCache& cache,
                            Tokens& out) const {
-  // A token covers at least one byte, a special too; the hot cache's copies write ahead.
-  const size_t capacity = n + 1 + HotPieces::kCopyAhead;
+  const size_t capacity = worst_case_tokens(n);
   if (out.capacity < capacity) {
     out.ids.reset(new uint32_t[capacity]);
     out.capacity = capacity;
@@ -169,7 +187,7 @@ bool TokenizerCore::append_token_bytes(uint32_t id, std::string& out) const {
 
 std::unique_ptr<PieceCache> TokenizerCore::acquire_cache() {
   std::lock_guard<std::mutex> lock(caches_mu_);
-  if (caches_.empty()) return std::make_unique<PieceCache>();
+  if (caches_.empty()) return std::make_unique<PieceCache>(hot_seed_);
   auto c = std::move(caches_.back());
   caches_.pop_back();
   return c;

@@ -39,9 +39,12 @@ class TokenizerCore {
   TokenizerCore(BytePairModel model, std::vector<Grammar> grammars, std::vector<Special> specials);
 
   // The ids of s[0, n) into out. Returns -1, or the index of a disallowed special found.
+  // out grows to worst_case_tokens(n) ids unless it has them.
   long encode(const uint8_t* s, size_t n, const SpecialPolicy& policy, PieceCache& cache, Tokens& out) const;
   // Pieces of ordinary text (no special splitting), as end offsets relative to s.
   void split(const uint8_t* s, size_t n, std::vector<uint32_t>& ends) const;
+  // A token covers at least one byte, a special too; the hot cache's copies write ahead.
+  static size_t worst_case_tokens(size_t n) { return n + 1 + HotPieces::kCopyAhead; }
   bool append_token_bytes(uint32_t id, std::string& out) const;
 
   std::unique_ptr<PieceCache> acquire_cache();
@@ -59,6 +62,7 @@ class TokenizerCore {
   uint32_t* encode_pieces(const uint8_t* s, size_t n, size_t begin, const uint32_t* ends, size_t k,
                           PieceCache& cache, uint32_t* w) const;
   uint32_t* encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const;
+  void seed_hot_pieces();
 
   BytePairModel model_;
   std::vector<Grammar> grammars_;
@@ -66,6 +70,7 @@ class TokenizerCore {
   bool special_first_byte_[256] = {};
   int single_first_byte_ = -1;  // the one first byte all specials share, else negative
   std::vector<std::pair<uint32_t, uint32_t>> special_by_id_;  // (id, index) sorted by id
+  HotPieces hot_seed_;  // what a new cache's hot pieces start as
   std::mutex caches_mu_;
   std::vector<std::unique_ptr<PieceCache>> caches_;
 };

@@ -88,6 +88,17 @@ def test_count_and_batch_agree_with_encode(qwen):
     assert all(a.dtype == np.uint32 and a.tolist() == qwen.encode(t, allowed_special="all") for a, t in zip(arrays, texts))
 
 
+def test_numpy_arrays_keep_their_ids_while_buffers_are_reused(qwen):
+    """encode_to_numpy lends its buffer to the array and reuses it once the array is gone."""
+    texts = [f"text {k} " * (50 * k + 1) for k in range(8)]
+    kept = qwen.encode_to_numpy(texts[0])
+    for k, text in enumerate(texts):
+        arr = qwen.encode_to_numpy(text)
+        assert arr.tolist() == qwen.encode(text)
+        del arr
+    assert kept.tolist() == qwen.encode(texts[0])
+
+
 def test_batch_raises_on_disallowed_special(qwen):
     with pytest.raises(ValueError, match="im_start"):
         qwen.encode_batch(["fine", CHAT])

@@ -77,5 +77,13 @@ def test_every_supported_family_is_exact():
     assert all(r.exact for r in ONIG_PATTERNS.values())
 
 
+def test_block_masks_agree_on_every_simd_path(documents):
+    """The block rules' class masks come from AVX2 or SSE2 by CPU: both give the same bits."""
+    rng = random.Random(5)
+    texts = [bytes(range(256)) * 2, bytes(rng.randrange(256) for _ in range(20_000))]
+    texts += [doc.encode() for docs in documents.values() for doc in docs[:3]]
+    assert all(_native.simd_masks_agree(t) for t in texts)
+
+
 def test_char_classes_expose_one_class_per_code_point():
     assert list(_native.char_classes("aA1 \n\r.é\u0301ǅ")) == [2, 1, 7, 8, 10, 9, 0, 2, 6, 3]

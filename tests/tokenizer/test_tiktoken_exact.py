@@ -1,6 +1,9 @@
 """Zero deviations from tiktoken on every .tiktoken family."""
 from __future__ import annotations
 
+import random
+import string
+
 import pytest
 from hypothesis import given, settings
 
@@ -34,3 +37,15 @@ def test_mixed_text_matches_tiktoken(family, family_tokenizers, tiktoken_encodin
         assert ours.encode(text, disallowed_special=()) == ref.encode_ordinary(text)
 
     check()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_caches_past_their_bounds_match_tiktoken(family, family_tokenizers, tiktoken_encodings):
+    """140,000 distinct words of several tokens each: more encodings than the hot cache keeps
+    spilled and more pieces than the piece cache holds, so both drop and refill mid-text."""
+    ours, ref = family_tokenizers[family], tiktoken_encodings[family]
+    rng = random.Random(3)
+    text = "".join(" " + "".join(rng.choices(string.ascii_lowercase, k=12)) for _ in range(140_000))
+    expected = ref.encode_ordinary(text)
+    assert ours.encode(text, disallowed_special=()) == expected
+    assert ours.encode(text, disallowed_special=()) == expected
