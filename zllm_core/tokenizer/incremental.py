@@ -140,7 +140,13 @@ class IncrementalTokenizer:
         old_len, new_len = len(session.text), len(text)
         routed = self.route_full_after is not None and new_len - diverged > self.route_full_after
         # A call that discards much of its session decides from the proven divergence: it forks
-        # the session, and a keyed one first looks for a session sharing more.
+        # the session, and a keyed one first looks for a session sharing more. The old text
+        # may be another conversation's (keyless, or a key naming a user rather than a
+        # conversation, as Anthropic's metadata.user_id does), which a fork keeps intact. A
+        # fork copies and re-indexes the whole session, while continuing in place only makes
+        # such a sibling re-tokenize the discarded tail if it comes back; so fork only for a
+        # long tail (re-tokenizing 1/16 of a text costs about what copying it does). The common
+        # case, a template re-rendering the last turn, discards a short tail.
         discards = old_len - diverged > old_len // FORK_TAIL_FRACTION
         if (diverged == old_len == new_len or routed or discards) and pending is not None \
                 and pending.verified() != diverged:
@@ -152,12 +158,6 @@ class IncrementalTokenizer:
             other = self._sharing_more(session, text, diverged)
             if other is not None:
                 return self._continue(other, text, keyless=True)
-        # The old text may be another conversation's (keyless, or a key naming a user rather
-        # than a conversation, as Anthropic's metadata.user_id does), which a fork keeps intact.
-        # A fork copies and re-indexes the whole session, while continuing in place only makes
-        # such a sibling re-tokenize the discarded tail if it comes back; so fork only for a long
-        # tail (re-tokenizing 1/16 of a text costs about what copying it does). The common case,
-        # a template re-rendering the last turn, discards a short tail.
         if routed:
             self.stats.routed_full += 1
             return self._restart(session, text, discards)
