@@ -175,25 +175,23 @@ uint32_t SessionText::code_point(const Chunk& c, size_t i) const {
   return reinterpret_cast<const uint32_t*>(p)[i];
 }
 
+bool SessionText::same_segment(const StrStorage& s, size_t k, size_t n) const {
+  const size_t at = k * kSegment, end = std::min(n, at + kSegment);
+  return common_prefix(s, at, end) == end;
+}
+
 size_t SessionText::common_prefix(const StrStorage& s) const {
   const size_t n = std::min(size_, s.size);
-  const size_t segment = kSegmentChunks * kChunk;
-  const size_t failed = first_failing(n >= kParallelFrom ? ScanHelper::get() : nullptr, (n + segment - 1) / segment,
-                                      [&](size_t k) {
-                                        const size_t at = k * segment, end = std::min(n, at + segment);
-                                        return common_prefix(s, at, end) == end;
-                                      });
-  return failed * segment >= n ? n : common_prefix(s, failed * segment, n);
+  const size_t failed = first_failing(n >= kParallelFrom ? ScanHelper::get() : nullptr, (n + kSegment - 1) / kSegment,
+                                      [&](size_t k) { return same_segment(s, k, n); });
+  return failed * kSegment >= n ? n : common_prefix(s, failed * kSegment, n);
 }
 
 Divergence::Divergence(const SessionText& text, PyObject* str) : text_(text), s_(str), pid_(getpid()) {
-  const size_t n = std::min(text.size_, s_.size), segment = SessionText::kSegmentChunks * SessionText::kChunk;
+  const size_t n = std::min(text.size_, s_.size), segment = SessionText::kSegment;
   helper_ = n >= kHelpedFrom ? ScanHelper::get() : nullptr;
   head_ = n > kTail ? (n - kTail) / segment * segment : 0;
-  segment_ok_ = [this, segment](size_t k) {
-    const size_t at = k * segment;
-    return text_.common_prefix(s_, at, at + segment) == at + segment;
-  };
+  segment_ok_ = [this](size_t k) { return text_.same_segment(s_, k, head_); };
   pending_ = helper_ != nullptr && text.comparing_ == nullptr && helper_->post(head_ / segment, &segment_ok_);
   if (!pending_) {
     at_ = text.common_prefix(s_);
@@ -206,8 +204,7 @@ Divergence::Divergence(const SessionText& text, PyObject* str) : text_(text), s_
 size_t Divergence::verified() {
   if (!pending_) return at_;
   // A child forked meanwhile has no helper thread: it proves the head alone.
-  const size_t segment = SessionText::kSegmentChunks * SessionText::kChunk;
-  const size_t from = getpid() == pid_ ? helper_->finish() * segment : 0;
+  const size_t from = getpid() == pid_ ? helper_->finish() * SessionText::kSegment : 0;
   const size_t proven = text_.common_prefix(s_, std::min(from, head_), head_);
   if (proven < head_) at_ = proven;
   text_.comparing_ = nullptr;

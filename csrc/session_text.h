@@ -42,11 +42,11 @@ class ScanHelper;
 class SessionText {
  public:
   static constexpr size_t kChunk = 256;
-  // Prompts this long are compared on two threads (scan_helper.h), in segments of this many
-  // chunks (16K code points, ~3 us each: short enough that the caller never waits long for
-  // the helper's last one).
+  // Prompts this long are compared on two threads (scan_helper.h), in segments of kSegment
+  // code points (16K, ~3 us each: short enough that the caller never waits long for the
+  // helper's last one).
   static constexpr size_t kParallelFrom = 256 * 1024;
-  static constexpr size_t kSegmentChunks = 64;
+  static constexpr size_t kSegment = 64 * kChunk;
 
   explicit SessionText(PyObject* s) { replace_from(s, 0); }
   SessionText(const SessionText& o) : data_(o.data_), chunks_(o.chunks_), size_(o.size_) {}
@@ -72,6 +72,8 @@ class SessionText {
   size_t chunk_size(size_t k) const { return std::min(kChunk, size_ - k * kChunk); }
   uint32_t code_point(const Chunk& c, size_t i) const;
   size_t common_prefix(const StrStorage& s, size_t from, size_t to) const;
+  // Whether segment k of this text equals s's, both clipped to their first n code points.
+  bool same_segment(const StrStorage& s, size_t k, size_t n) const;
   friend class Divergence;
 
   std::vector<uint8_t> data_;
