@@ -184,7 +184,7 @@ class IncrementalTokenizer:
         diverged = divergence.verified()  # rarely here: fix the text from the proven divergence
         normal = self.tokenizer.normalize(text, diverged)
         fixed = self._repaired(normal, diverged if normal is text else 0)
-        return fixed, session.text.common_prefix(fixed), None
+        return fixed, diverged if fixed is text else session.text.common_prefix(fixed), None
 
     def _repair(self, session: Session, text: str, diverged: int, forked: bool,
                 pending: _native.Divergence | None) -> Session | None:
