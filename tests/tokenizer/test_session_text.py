@@ -63,8 +63,9 @@ def test_a_copy_is_independent():
 
 def test_long_prompts_compare_on_two_threads_and_find_the_first_difference():
     """From 256K code points the compare runs in 16K-code-point segments shared with a helper
-    thread; the first difference must still be found wherever it falls, whichever thread
-    scans its segment, and with a later segment differing too."""
+    thread (it from the front, the caller from the back); the first difference must still be
+    found wherever it falls, whichever thread scans its segment, and with later segments
+    differing too."""
     segment, n = 64 * CHUNK, 300_000
     base = ("lorem ipsum é\n" * (n // 14 + 1))[:n - 1] + "😀"  # stored at 4 bytes a character
     text = _native.SessionText(base)
@@ -73,6 +74,7 @@ def test_long_prompts_compare_on_two_threads_and_find_the_first_difference():
         assert text.common_prefix(changed) == at
         later = min(at + segment + 3, n - 1)
         assert text.common_prefix(changed[:later] + "#" + changed[later + 1:]) == at
+        assert text.common_prefix(base[:at] + "#" * (n - at)) == at  # every segment from it differs
     assert text.common_prefix(base) == n
     assert text.common_prefix(base + "tail") == n and text.common_prefix(base[:-5]) == n - 5
     for _ in range(200):  # the helper thread joins some scans and not others
