@@ -33,6 +33,7 @@ import gigatoken
 import numpy as np
 import tiktoken
 
+from zllm_core import _native
 from zllm_core.dialects.chat_template import ChatTemplate
 from zllm_core.model.demo import resolve_model_dir
 from zllm_core.tokenizer import Tokenizer
@@ -42,6 +43,7 @@ from zllm_core.tokenizer.vocabulary import PACKAGE_VOCAB, SHARED_VOCAB, load_fam
 from trace_replay import rendered_calls, trace_text  # bench/ is on sys.path when run as a script
 
 SHARED = Path(os.environ.get("ZLLM_SHARED_DIR", Path(__file__).resolve().parents[2] / "shared"))
+NAN = float("nan")
 BANDS = [(0, 100_000, "<100K"), (100_000, 1_000_000, "100K-1M"), (1_000_000, 10**12, ">1M")]
 
 
@@ -68,7 +70,9 @@ def demo_tokenizer(nfc: bool) -> Tokenizer:
 
 def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: int,
            latency_only: bool = False, nfc: bool = False, keyless: bool = False) -> list[tuple]:
-    """Rows (context chars, incr s, incr+copy s, tiktoken s, giga warm s) per call. Two passes
+    """Rows (context chars, incr s, incr+copy s, tiktoken s, giga warm s, prefix check s) per
+    call; the prefix check is `str.startswith` of what the call shares with the previous one
+    (the read any exact proof of the shared prefix makes, timed after the call). Two passes
     over the same rendered calls: the incremental tokenizer alone (what a server runs between
     requests), then the baselines, which also check every incremental result against a full
     encode. latency_only: the first pass only, checked on every 50th call. keyless: calls carry
@@ -78,15 +82,16 @@ def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: i
     template = ChatTemplate.from_model_dir(model_dir)
     preamble = trace_text(traces[-1], pad) if pad else ""
     inc = IncrementalTokenizer(tok, budget_bytes=4 << 30, shadow_rate=0)
-    timings, digests, checked = [], [], 0
+    timings, digests, checked, previous = [], [], 0, (None, "")
     for key, text in each_call(traces, template, sessions, max_calls, preamble):
         dt_inc, ids = timed(inc.encode, text, "bench", None if keyless else key, copy=False)
         dt_copy, _ = timed(ids.copy)
-        timings.append((len(text), dt_inc, dt_inc + dt_copy))
+        timings.append((len(text), dt_inc, dt_inc + dt_copy, prefix_check(text, *previous, key)))
+        previous = (key, text)
         digests.append(hashlib.blake2b(ids.tobytes(), digest_size=16).digest())
         if latency_only and len(timings) % 50 == 0:
             checked += ids.tolist() == tok.encode(text, allowed_special="all")
-    rows = [(n, inc_s, copy_s, float("nan"), float("nan")) for n, inc_s, copy_s in timings]
+    rows = [(n, inc_s, copy_s, NAN, NAN, check_s) for n, inc_s, copy_s, check_s in timings]
     if not latency_only:
         tik = tiktoken_of(tok)
         giga = gigatoken.Tokenizer.from_tiktoken(str(SHARED_VOCAB / f"{tok.name}.tiktoken"), pretokenizer=tok.name)
@@ -96,7 +101,7 @@ def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: i
             if (k + 1) % every == 0:
                 dt_tik, _ = timed(tik.encode, text, allowed_special="all")
                 dt_giga, _ = timed(giga.encode, text)  # warm: the previous call's text was encoded
-                rows[k] = rows[k][:3] + (dt_tik, dt_giga)
+                rows[k] = rows[k][:3] + (dt_tik, dt_giga) + rows[k][5:]
             giga.encode(text)  # keeps the next call's cache as warm as an agent's resend finds it
         rows = [r for k, r in enumerate(rows) if (k + 1) % every == 0]
     st = inc.stats
@@ -107,6 +112,15 @@ def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: i
     if checked != expected:
         sys.exit("incremental ids differ from full tokenization")
     return rows
+
+
+def prefix_check(text: str, previous_key: str | None, previous: str, key: str) -> float:
+    """Seconds `str.startswith` takes to prove text extends what it shares with the previous
+    call's text (NaN for a session's first call)."""
+    if key != previous_key:
+        return NAN
+    shared = previous[:_native.SessionText(previous).common_prefix(text)]
+    return timed(text.startswith, shared)[0]
 
 
 def each_call(traces: list[Path], template: ChatTemplate, sessions: int, max_calls: int, preamble: str):
@@ -134,12 +148,16 @@ def print_bands(rows: list[tuple]) -> None:
               f"{pct(inc_copy, 99):>7.2f} {pct(tik, 50):>13.2f} {pct(tik, 99):>8.2f} {pct(giga, 50):>14.3f} "
               f"{pct(giga, 99):>7.2f} {pct(tik, 50) / pct(inc, 50):>10.0f}x {pct(giga, 50) / pct(inc, 50):>6.1f}x "
               f"{pct(giga, 50) / pct(inc_copy, 50):>7.1f}x")
-    print(f"\n{'context':>9} {'calls':>6} {'incr p50 ms':>12} {'+copy':>7} {'giga p50 ms':>12}   (cost as the context grows)")
+    print(f"\n{'context':>9} {'calls':>6} {'incr p50 ms':>12} {'+copy':>7} {'giga p50 ms':>12} "
+          f"{'startswith p50':>15} {'incr - startswith':>18}   (cost as the context grows)")
     for lo in (0, 100_000, 300_000, 600_000, 1_000_000, 2_000_000, 4_000_000):
         band = [r for r in rows if lo <= r[0] < max(2 * lo, 100_000)]
         if band:
+            checked = [r for r in band if r[5] == r[5]]  # not a session's first call
             print(f"{lo:>9,} {len(band):>6} {pct([r[1] * 1e3 for r in band], 50):>12.3f} "
-                  f"{pct([r[2] * 1e3 for r in band], 50):>7.3f} {pct([r[4] * 1e3 for r in band], 50):>12.3f}")
+                  f"{pct([r[2] * 1e3 for r in band], 50):>7.3f} {pct([r[4] * 1e3 for r in band], 50):>12.3f} "
+                  f"{pct([r[5] * 1e3 for r in checked], 50):>15.3f} "
+                  f"{pct([(r[1] - r[5]) * 1e3 for r in checked], 50):>18.3f}")
 
 
 def router(context: str, appends: list[int], repeats: int = 5) -> None:
