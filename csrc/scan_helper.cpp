@@ -89,7 +89,8 @@ bool ScanHelper::post(size_t count, const std::function<bool(size_t)>* ok) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ok_ = ok;
-    unclaimed_ = uint64_t(count) << 32;
+    count_ = count;
+    next_ = 0;
     failed_ = count;
     ++posted_;
     open_ = true;
@@ -99,7 +100,7 @@ bool ScanHelper::post(size_t count, const std::function<bool(size_t)>* ok) {
 }
 
 size_t ScanHelper::finish() {
-  claim_segments(/*from_back=*/true);
+  claim_segments();
   if (!open_.exchange(false)) wait_for_segment();  // the helper joined
   const size_t failed = failed_.load();
   taken_ = false;
@@ -113,29 +114,10 @@ size_t first_failing(ScanHelper* helper, size_t count, const std::function<bool(
   return count;
 }
 
-// Claims the lowest unclaimed segment, or the highest one from_back; false when none is left.
-bool ScanHelper::claim(bool from_back, size_t& s) {
-  uint64_t range = unclaimed_.load();
+void ScanHelper::claim_segments() {
   for (;;) {
-    const uint64_t lo = range & 0xFFFFFFFFu, hi = range >> 32;
-    if (lo >= hi) return false;
-    const uint64_t next = from_back ? lo | (hi - 1) << 32 : (lo + 1) | hi << 32;
-    if (unclaimed_.compare_exchange_weak(range, next)) {
-      s = from_back ? hi - 1 : lo;
-      return true;
-    }
-  }
-}
-
-// The helper claims from the front, the caller from the back: the caller wrote the prompt just
-// before, so the end it reads may still be in its own cache rather than another core's.
-void ScanHelper::claim_segments(bool from_back) {
-  size_t s;
-  while (claim(from_back, s)) {
-    if (s > failed_.load()) {
-      if (from_back) continue;  // a lower segment failed: higher ones do not matter
-      return;                   // front claims only grow
-    }
+    const size_t s = next_.fetch_add(1);
+    if (s >= count_ || s > failed_.load()) return;  // claims only grow: later ones fail later
     if (!(*ok_)(s)) lower_to(failed_, s);
   }
 }
@@ -149,7 +131,7 @@ void ScanHelper::serve() {
       seen = posted_;
     }
     busy_ = true;  // before joining, so a caller that sees the scan taken also sees busy_
-    if (open_.exchange(false)) claim_segments(/*from_back=*/false);
+    if (open_.exchange(false)) claim_segments();
     busy_ = false;
   }
 }

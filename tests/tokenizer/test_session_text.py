@@ -63,9 +63,8 @@ def test_a_copy_is_independent():
 
 def test_long_prompts_compare_on_two_threads_and_find_the_first_difference():
     """From 256K code points the compare runs in 16K-code-point segments shared with a helper
-    thread (it from the front, the caller from the back); the first difference must still be
-    found wherever it falls, whichever thread scans its segment, and with later segments
-    differing too."""
+    thread; the first difference must still be found wherever it falls, whichever thread
+    scans its segment, and with later segments differing too."""
     segment, n = 64 * CHUNK, 300_000
     base = ("lorem ipsum é\n" * (n // 14 + 1))[:n - 1] + "😀"  # stored at 4 bytes a character
     text = _native.SessionText(base)
