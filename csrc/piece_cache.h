@@ -75,7 +75,7 @@ class HotPieces {
     }
     return true;
   }
-  // only_here: the ids came from merging and no other cache holds them (see evicted).
+  // only_here: the ids came from merging and no other cache holds them (see evicts).
   void insert(const Key& k, const uint32_t* ids, size_t m, bool only_here) {
     Slot& s = slots_[k.slot];
     s = Slot{};
