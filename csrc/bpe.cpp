@@ -69,11 +69,16 @@ void MergeTable::rehash(size_t slots) {
   HugeVector<uint64_t> old(slots, 0);
   old.swap(slots_);
   mask_ = slots_.size() - 1;
+  int filter_bits = 6;
+  while ((size_t(1) << filter_bits) < 4 * slots) ++filter_bits;
+  filter_.assign(size_t(1) << (filter_bits - 6), 0);
+  filter_shift_ = 64 - filter_bits;
   for (uint64_t s : old) {
     if (!s) continue;
     uint64_t i = slot_of(s >> 24);
     while (slots_[i]) i = (i + 1) & mask_;
     slots_[i] = s;
+    set_filter_bit(s >> 24);
   }
 }
 
@@ -88,6 +93,7 @@ void MergeTable::insert(uint32_t left, uint32_t right, Merge m) {
     if ((slots_[i] >> 24) == key || !slots_[i]) {
       size_ += !slots_[i];
       slots_[i] = slot;
+      set_filter_bit(key);
       return;
     }
   }
