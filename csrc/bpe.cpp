@@ -38,15 +38,12 @@ uint64_t hash_bytes(const uint8_t* p, size_t n) {
 void TokenIndex::build(const uint32_t* offsets, const char* arena, const std::vector<uint32_t>& ids) {
   slots_.assign(table_size(ids.size()), Slot{0, 0, 0});
   mask_ = slots_.size() - 1;
-  int filter_bits = 6;
-  while ((size_t(1) << filter_bits) < 16 * ids.size()) ++filter_bits;
-  filter_.assign(size_t(1) << (filter_bits - 6), 0);
-  filter_shift_ = 64 - filter_bits;
+  filter_.reset(16 * ids.size());
   for (uint32_t id : ids) {
     const uint8_t* p = reinterpret_cast<const uint8_t*>(arena) + offsets[id];
     size_t n = offsets[id + 1] - offsets[id];
-    const uint64_t h = hash_bytes(p, n), b = h >> filter_shift_;
-    filter_[b >> 6] |= uint64_t(1) << (b & 63);
+    const uint64_t h = hash_bytes(p, n);
+    filter_.add(h);
     uint64_t i = h & mask_;
     while (slots_[i].id_plus_1) i = (i + 1) & mask_;
     slots_[i] = Slot{load_prefix(p, n), uint32_t(n), id + 1};
@@ -55,7 +52,7 @@ void TokenIndex::build(const uint32_t* offsets, const char* arena, const std::ve
 
 uint32_t TokenIndex::find(const uint8_t* p, size_t n, uint64_t h, const uint32_t* offsets,
                           const char* arena) const {
-  if (!may_hold(h)) return 0;
+  if (!filter_.may_hold(h)) return 0;
   const uint64_t prefix = load_prefix(p, n);
   for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
     const Slot& s = slots_[i];
@@ -69,16 +66,13 @@ void MergeTable::rehash(size_t slots) {
   HugeVector<uint64_t> old(slots, 0);
   old.swap(slots_);
   mask_ = slots_.size() - 1;
-  int filter_bits = 6;
-  while ((size_t(1) << filter_bits) < 4 * slots) ++filter_bits;
-  filter_.assign(size_t(1) << (filter_bits - 6), 0);
-  filter_shift_ = 64 - filter_bits;
+  filter_.reset(4 * slots);
   for (uint64_t s : old) {
     if (!s) continue;
     uint64_t i = slot_of(s >> 24);
     while (slots_[i]) i = (i + 1) & mask_;
     slots_[i] = s;
-    set_filter_bit(s >> 24);
+    filter_.add(mix(s >> 24));
   }
 }
 
@@ -93,7 +87,7 @@ void MergeTable::insert(uint32_t left, uint32_t right, Merge m) {
     if ((slots_[i] >> 24) == key || !slots_[i]) {
       size_ += !slots_[i];
       slots_[i] = slot;
-      set_filter_bit(key);
+      filter_.add(mix(key));
       return;
     }
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bit_filter.h"
 #include "huge_pages.h"
 
 namespace zllm {
@@ -41,13 +42,6 @@ class TokenIndex {
   uint32_t find(const uint8_t* p, size_t n, uint64_t h, const uint32_t* offsets, const char* arena) const;
 
  private:
-  // One bit per hash value (its top bits), set for every token's: most pieces that are no
-  // token are turned away by a table that stays in L2 (16 bits a token, about 3% pass it)
-  // instead of a probe of the slots, which miss every cache when a piece is new.
-  bool may_hold(uint64_t h) const {
-    const uint64_t b = h >> filter_shift_;
-    return (filter_[b >> 6] >> (b & 63)) & 1;
-  }
   // A slot holds a key's first 8 bytes, so most lookups (pieces of up to 8 bytes) touch one
   // cache line and never the arena.
   struct Slot {
@@ -57,8 +51,8 @@ class TokenIndex {
   };
   HugeVector<Slot> slots_;
   uint64_t mask_ = 0;
-  std::vector<uint64_t> filter_;
-  int filter_shift_ = 64;
+  // Most pieces that are no token are turned away by 16 bits a token (about 3% pass).
+  BitFilter filter_;
 };
 
 struct Merge {
@@ -82,7 +76,7 @@ class MergeTable {
   void shrink_to_fit();                                 // once, after the last insert
   Merge find(uint32_t left, uint32_t right) const {
     const uint64_t key = pair_key(left, right);
-    if (!may_hold(key)) return Merge{kNoMerge, 0};
+    if (!filter_.may_hold(mix(key))) return Merge{kNoMerge, 0};
     for (uint64_t i = slot_of(key);; i = (i + 1) & mask_) {
       const uint64_t s = slots_[i];
       if ((s >> 24) == key) {
@@ -98,18 +92,12 @@ class MergeTable {
   static uint64_t pair_key(uint32_t left, uint32_t right) { return ((uint64_t(left) << 20) | right) + 1; }
   static uint64_t mix(uint64_t key) { return key * 0x9E3779B97F4A7C15ull; }
   uint64_t slot_of(uint64_t key) const { return (mix(key) >> 20) & mask_; }
-  // One bit per hash value (the top bits of mix), set for every pair held. Most pairs a merge
-  // asks about do not merge, and when cold their probes of the slots were most of the cache
-  // lines merging touched (r50k code: 11,000 distinct pairs that do not merge, 4,400 that do);
-  // the filter, 4 bits a slot (about 10 a pair: 9% of absent pairs pass), stays near the core
-  // and turns most of them away.
-  uint64_t filter_bit(uint64_t key) const { return mix(key) >> filter_shift_; }
-  bool may_hold(uint64_t key) const { return (filter_[filter_bit(key) >> 6] >> (filter_bit(key) & 63)) & 1; }
-  void set_filter_bit(uint64_t key) { filter_[filter_bit(key) >> 6] |= uint64_t(1) << (filter_bit(key) & 63); }
   void rehash(size_t slots);
   HugeVector<uint64_t> slots_;  // key << 24 | priority, 0 = empty
-  std::vector<uint64_t> filter_;
-  int filter_shift_ = 64;
+  // Most pairs a merge asks about do not merge, and when cold their probes of the slots were
+  // most of the lines merging touched (r50k code: 11,000 distinct such pairs, 4,400 that
+  // merge); 4 bits a slot (about 10 a pair) let 9% of them through.
+  BitFilter filter_;
   std::vector<uint32_t> merged_;  // priority -> merged id when they differ, else empty
   size_t size_ = 0;
   uint64_t mask_ = 0;

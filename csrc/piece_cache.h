@@ -159,10 +159,10 @@ class PieceCache {
   static constexpr size_t kMaxEntries = size_t(1) << 17;
   static constexpr size_t kMaxPieceBytes = 1024;
 
-  explicit PieceCache(const HotPieces& seed) : hot(seed), slots_(2 * kMaxEntries, 0), filter_(kFilterWords, 0) {}
+  explicit PieceCache(const HotPieces& seed) : hot(seed), slots_(2 * kMaxEntries, 0) { filter_.reset(kFilterBits); }
 
   bool find(const uint8_t* p, size_t n, uint64_t h, uint32_t*& w) const {
-    if (!may_hold(h)) return false;
+    if (!filter_.may_hold(h)) return false;
     for (size_t i = h & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
       uint32_t s = slots_[i];
       if (!s) return false;
@@ -182,7 +182,7 @@ class PieceCache {
     while (slots_[i]) i = (i + 1) & (slots_.size() - 1);
     entries_.push_back(Entry{h, uint32_t(keys_.size()), uint32_t(n), uint32_t(ids_.size()), uint32_t(m)});
     slots_[i] = uint32_t(entries_.size());
-    filter_[filter_bit(h) >> 6] |= uint64_t(1) << (filter_bit(h) & 63);
+    filter_.add(h);
     keys_.append(reinterpret_cast<const char*>(p), n);
     ids_.insert(ids_.end(), ids, ids + m);
   }
@@ -198,7 +198,7 @@ class PieceCache {
  private:
   void clear() {
     std::fill(slots_.begin(), slots_.end(), 0);
-    std::fill(filter_.begin(), filter_.end(), 0);
+    filter_.clear();
     entries_.clear();
     keys_.clear();
     ids_.clear();
@@ -207,14 +207,11 @@ class PieceCache {
     uint64_t hash;
     uint32_t key_off, key_len, ids_off, ids_len;
   };
-  // One bit per hash value (its top bits), set for every entry: a piece the cache never held
-  // is turned away by 32 KB that stay near the core instead of a probe of the 1 MB of slots.
-  static constexpr int kFilterBits = 18;
-  static constexpr size_t kFilterWords = (size_t(1) << kFilterBits) / 64;
-  static uint64_t filter_bit(uint64_t h) { return h >> (64 - kFilterBits); }
-  bool may_hold(uint64_t h) const { return (filter_[filter_bit(h) >> 6] >> (filter_bit(h) & 63)) & 1; }
+  // A piece the cache never held is turned away by 32 KB instead of a probe of the 1 MB of
+  // slots (2 bits an entry when full, when 39% pass; a cold pass has few entries).
+  static constexpr size_t kFilterBits = size_t(1) << 18;
   HugeVector<uint32_t> slots_;  // entry index + 1, 0 = empty
-  std::vector<uint64_t> filter_;
+  BitFilter filter_;
   std::vector<Entry> entries_;
   std::string keys_;
   std::vector<uint32_t> ids_;
