@@ -123,15 +123,15 @@ BytePairModel::BytePairModel(const std::vector<std::string>& tokens,
     derive_merges_from_ranks();
   } else {
     insert_merges(merges);
-    fill_byte_merges();
+    fill_byte_priorities();
   }
   merges_.shrink_to_fit();
 }
 
-void BytePairModel::fill_byte_merges() {
-  byte_merges_.resize(256 * 256);
+void BytePairModel::fill_byte_priorities() {
+  byte_priorities_.resize(256 * 256);
   for (int a = 0; a < 256; ++a)
-    for (int b = 0; b < 256; ++b) byte_merges_[a << 8 | b] = merges_.find(byte_ids_[a], byte_ids_[b]);
+    for (int b = 0; b < 256; ++b) byte_priorities_[a << 8 | b] = merges_.priority(byte_ids_[a], byte_ids_[b]);
 }
 
 void BytePairModel::insert_merges(const std::vector<std::pair<uint32_t, uint32_t>>& merges) {
@@ -154,7 +154,7 @@ void BytePairModel::insert_merges(const std::vector<std::pair<uint32_t, uint32_t
 // one is never the lowest when it is adjacent. The table holds just those pairs, one per
 // reachable token: cl100k 100,000 of the 233,378 ways of splitting its tokens in two, so cold
 // merges probe a table half the size. Encoding a token's bytes needs only merges of shorter
-// tokens, hence the order by length; pairs of bytes come first, for byte_merges_.
+// tokens, hence the order by length; pairs of bytes come first, for byte_priorities_.
 void BytePairModel::derive_merges_from_ranks() {
   std::vector<std::vector<uint32_t>> by_length;
   for (uint32_t id = 0; id + 1 < offsets_.size(); ++id) {
@@ -175,9 +175,9 @@ void BytePairModel::derive_merges_from_ranks() {
         merges_.insert(parts[0], parts[1], Merge{id, id});
       }
     }
-    if (n == 2) fill_byte_merges();
+    if (n == 2) fill_byte_priorities();
   }
-  if (byte_merges_.empty()) fill_byte_merges();
+  if (byte_priorities_.empty()) fill_byte_priorities();
 }
 
 int64_t BytePairModel::whole(const uint8_t* p, size_t n, uint64_t h) const {
@@ -198,18 +198,15 @@ uint32_t* BytePairModel::merge(const uint8_t* p, size_t n, uint32_t* w) const {
 // for the scalar stores of the previous merge.)
 uint32_t* BytePairModel::merge_small(const uint8_t* p, size_t n, uint32_t* w) const {
   int32_t prio[kSmallPiece];  // of the pair (k, next[k]); kNoPair when none
-  uint32_t ids[kSmallPiece], merged[kSmallPiece];
+  uint32_t ids[kSmallPiece];
   uint8_t next[kSmallPiece], prev[kSmallPiece];
-  auto set_pair = [&](size_t k, Merge m) {
-    prio[k] = m.priority == kNoMerge ? kNoPair : int32_t(m.priority);
-    merged[k] = m.merged;
-  };
+  auto set_pair = [&](size_t k, uint32_t priority) { prio[k] = priority == kNoMerge ? kNoPair : int32_t(priority); };
   for (size_t k = 0; k < n; ++k) {
     ids[k] = byte_ids_[p[k]];
     next[k] = uint8_t(k + 1);
     prev[k] = uint8_t(k - 1);
   }
-  for (size_t k = 0; k + 1 < n; ++k) set_pair(k, byte_merge(p[k], p[k + 1]));
+  for (size_t k = 0; k + 1 < n; ++k) set_pair(k, byte_priority(p[k], p[k + 1]));
   prio[n - 1] = kNoPair;
   for (;;) {
     size_t best = 0;  // the first lowest priority, without a branch per position
@@ -221,16 +218,16 @@ uint32_t* BytePairModel::merge_small(const uint8_t* p, size_t n, uint32_t* w) co
     }
     if (low == kNoPair) break;
     const size_t gone = next[best], after = next[gone];
-    ids[best] = merged[best];
+    ids[best] = merges_.merged(uint32_t(low));
     prio[gone] = kNoPair;
     next[best] = uint8_t(after);
     if (after < n) {
       prev[after] = uint8_t(best);
-      set_pair(best, merges_.find(ids[best], ids[after]));
+      set_pair(best, merges_.priority(ids[best], ids[after]));
     } else {
       prio[best] = kNoPair;
     }
-    if (best > 0) set_pair(prev[best], merges_.find(ids[prev[best]], ids[best]));
+    if (best > 0) set_pair(prev[best], merges_.priority(ids[prev[best]], ids[best]));
   }
   for (size_t k = 0; k < n; k = next[k]) *w++ = ids[k];
   return w;
@@ -247,8 +244,8 @@ uint32_t* BytePairModel::merge_heap(const uint8_t* p, size_t n, uint32_t* w) con
   std::priority_queue<uint64_t, std::vector<uint64_t>, std::greater<uint64_t>> heap;
   auto push = [&](int64_t left) {
     if (left < 0 || nodes[left].next < 0) return;
-    const Merge m = merges_.find(nodes[left].id, nodes[nodes[left].next].id);
-    if (m.priority != kNoMerge) heap.push((uint64_t(m.priority) << 32) | uint64_t(left));
+    const uint32_t priority = merges_.priority(nodes[left].id, nodes[nodes[left].next].id);
+    if (priority != kNoMerge) heap.push((uint64_t(priority) << 32) | uint64_t(left));
   };
   for (size_t k = 0; k + 1 < n; ++k) push(int64_t(k));
   while (!heap.empty()) {
@@ -257,10 +254,10 @@ uint32_t* BytePairModel::merge_heap(const uint8_t* p, size_t n, uint32_t* w) con
     int64_t left = int64_t(top & 0xFFFFFFFFu);
     Node& a = nodes[left];
     if (a.id == kNone || a.next < 0) continue;
-    const Merge m = merges_.find(a.id, nodes[a.next].id);
-    if (m.priority != uint32_t(top >> 32)) continue;  // stale: a neighbour changed
+    const uint32_t priority = merges_.priority(a.id, nodes[a.next].id);
+    if (priority != uint32_t(top >> 32)) continue;  // stale: a neighbour changed
     Node& b = nodes[a.next];
-    a.id = m.merged;
+    a.id = merges_.merged(priority);
     a.next = b.next;
     b.id = kNone;
     if (a.next >= 0) nodes[a.next].prev = left;
