@@ -15,7 +15,10 @@ namespace zllm {
 namespace {
 
 constexpr uint32_t kNone = UINT32_MAX;
-constexpr size_t kSmallPiece = 48;
+// Up to here the scan beats the heap (its allocations and pops), even on the longest pieces
+// code has, runs of indentation and comment rulers: merge-only benchmark, 1.6x at 49-80 bytes,
+// 1.2x at 81-128. next/prev are bytes, so at most 255.
+constexpr size_t kSmallPiece = 128;
 constexpr int32_t kNoPair = INT32_MAX;  // merge priorities are below 2^24, so signed compares work
 
 size_t table_size(size_t n) {
@@ -38,15 +41,12 @@ uint64_t hash_bytes(const uint8_t* p, size_t n) {
 void TokenIndex::build(const uint32_t* offsets, const char* arena, const std::vector<uint32_t>& ids) {
   slots_.assign(table_size(ids.size()), Slot{0, 0, 0});
   mask_ = slots_.size() - 1;
-  int filter_bits = 6;
-  while ((size_t(1) << filter_bits) < 16 * ids.size()) ++filter_bits;
-  filter_.assign(size_t(1) << (filter_bits - 6), 0);
-  filter_shift_ = 64 - filter_bits;
+  filter_.reset(16 * ids.size());
   for (uint32_t id : ids) {
     const uint8_t* p = reinterpret_cast<const uint8_t*>(arena) + offsets[id];
     size_t n = offsets[id + 1] - offsets[id];
-    const uint64_t h = hash_bytes(p, n), b = h >> filter_shift_;
-    filter_[b >> 6] |= uint64_t(1) << (b & 63);
+    const uint64_t h = hash_bytes(p, n);
+    filter_.add(h);
     uint64_t i = h & mask_;
     while (slots_[i].id_plus_1) i = (i + 1) & mask_;
     slots_[i] = Slot{load_prefix(p, n), uint32_t(n), id + 1};
@@ -55,7 +55,7 @@ void TokenIndex::build(const uint32_t* offsets, const char* arena, const std::ve
 
 uint32_t TokenIndex::find(const uint8_t* p, size_t n, uint64_t h, const uint32_t* offsets,
                           const char* arena) const {
-  if (!may_hold(h)) return 0;
+  if (!filter_.may_hold(h)) return 0;
   const uint64_t prefix = load_prefix(p, n);
   for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
     const Slot& s = slots_[i];
@@ -69,11 +69,13 @@ void MergeTable::rehash(size_t slots) {
   HugeVector<uint64_t> old(slots, 0);
   old.swap(slots_);
   mask_ = slots_.size() - 1;
+  filter_.reset(4 * slots);
   for (uint64_t s : old) {
     if (!s) continue;
     uint64_t i = slot_of(s >> 24);
     while (slots_[i]) i = (i + 1) & mask_;
     slots_[i] = s;
+    filter_.add(mix(s >> 24));
   }
 }
 
@@ -88,6 +90,7 @@ void MergeTable::insert(uint32_t left, uint32_t right, Merge m) {
     if ((slots_[i] >> 24) == key || !slots_[i]) {
       size_ += !slots_[i];
       slots_[i] = slot;
+      filter_.add(mix(key));
       return;
     }
   }
@@ -123,15 +126,15 @@ BytePairModel::BytePairModel(const std::vector<std::string>& tokens,
     derive_merges_from_ranks();
   } else {
     insert_merges(merges);
-    fill_byte_merges();
+    fill_byte_priorities();
   }
   merges_.shrink_to_fit();
 }
 
-void BytePairModel::fill_byte_merges() {
-  byte_merges_.resize(256 * 256);
+void BytePairModel::fill_byte_priorities() {
+  byte_priorities_.resize(256 * 256);
   for (int a = 0; a < 256; ++a)
-    for (int b = 0; b < 256; ++b) byte_merges_[a << 8 | b] = merges_.find(byte_ids_[a], byte_ids_[b]);
+    for (int b = 0; b < 256; ++b) byte_priorities_[a << 8 | b] = merges_.priority(byte_ids_[a], byte_ids_[b]);
 }
 
 void BytePairModel::insert_merges(const std::vector<std::pair<uint32_t, uint32_t>>& merges) {
@@ -154,7 +157,7 @@ void BytePairModel::insert_merges(const std::vector<std::pair<uint32_t, uint32_t
 // one is never the lowest when it is adjacent. The table holds just those pairs, one per
 // reachable token: cl100k 100,000 of the 233,378 ways of splitting its tokens in two, so cold
 // merges probe a table half the size. Encoding a token's bytes needs only merges of shorter
-// tokens, hence the order by length; pairs of bytes come first, for byte_merges_.
+// tokens, hence the order by length; pairs of bytes come first, for byte_priorities_.
 void BytePairModel::derive_merges_from_ranks() {
   std::vector<std::vector<uint32_t>> by_length;
   for (uint32_t id = 0; id + 1 < offsets_.size(); ++id) {
@@ -175,9 +178,9 @@ void BytePairModel::derive_merges_from_ranks() {
         merges_.insert(parts[0], parts[1], Merge{id, id});
       }
     }
-    if (n == 2) fill_byte_merges();
+    if (n == 2) fill_byte_priorities();
   }
-  if (byte_merges_.empty()) fill_byte_merges();
+  if (byte_priorities_.empty()) fill_byte_priorities();
 }
 
 int64_t BytePairModel::whole(const uint8_t* p, size_t n, uint64_t h) const {
@@ -198,18 +201,15 @@ uint32_t* BytePairModel::merge(const uint8_t* p, size_t n, uint32_t* w) const {
 // for the scalar stores of the previous merge.)
 uint32_t* BytePairModel::merge_small(const uint8_t* p, size_t n, uint32_t* w) const {
   int32_t prio[kSmallPiece];  // of the pair (k, next[k]); kNoPair when none
-  uint32_t ids[kSmallPiece], merged[kSmallPiece];
+  uint32_t ids[kSmallPiece];
   uint8_t next[kSmallPiece], prev[kSmallPiece];
-  auto set_pair = [&](size_t k, Merge m) {
-    prio[k] = m.priority == kNoMerge ? kNoPair : int32_t(m.priority);
-    merged[k] = m.merged;
-  };
+  auto set_pair = [&](size_t k, uint32_t priority) { prio[k] = priority == kNoMerge ? kNoPair : int32_t(priority); };
   for (size_t k = 0; k < n; ++k) {
     ids[k] = byte_ids_[p[k]];
     next[k] = uint8_t(k + 1);
     prev[k] = uint8_t(k - 1);
   }
-  for (size_t k = 0; k + 1 < n; ++k) set_pair(k, byte_merge(p[k], p[k + 1]));
+  for (size_t k = 0; k + 1 < n; ++k) set_pair(k, byte_priority(p[k], p[k + 1]));
   prio[n - 1] = kNoPair;
   for (;;) {
     size_t best = 0;  // the first lowest priority, without a branch per position
@@ -221,16 +221,16 @@ uint32_t* BytePairModel::merge_small(const uint8_t* p, size_t n, uint32_t* w) co
     }
     if (low == kNoPair) break;
     const size_t gone = next[best], after = next[gone];
-    ids[best] = merged[best];
+    ids[best] = merges_.merged(uint32_t(low));
     prio[gone] = kNoPair;
     next[best] = uint8_t(after);
     if (after < n) {
       prev[after] = uint8_t(best);
-      set_pair(best, merges_.find(ids[best], ids[after]));
+      set_pair(best, merges_.priority(ids[best], ids[after]));
     } else {
       prio[best] = kNoPair;
     }
-    if (best > 0) set_pair(prev[best], merges_.find(ids[prev[best]], ids[best]));
+    if (best > 0) set_pair(prev[best], merges_.priority(ids[prev[best]], ids[best]));
   }
   for (size_t k = 0; k < n; k = next[k]) *w++ = ids[k];
   return w;
@@ -247,8 +247,8 @@ uint32_t* BytePairModel::merge_heap(const uint8_t* p, size_t n, uint32_t* w) con
   std::priority_queue<uint64_t, std::vector<uint64_t>, std::greater<uint64_t>> heap;
   auto push = [&](int64_t left) {
     if (left < 0 || nodes[left].next < 0) return;
-    const Merge m = merges_.find(nodes[left].id, nodes[nodes[left].next].id);
-    if (m.priority != kNoMerge) heap.push((uint64_t(m.priority) << 32) | uint64_t(left));
+    const uint32_t priority = merges_.priority(nodes[left].id, nodes[nodes[left].next].id);
+    if (priority != kNoMerge) heap.push((uint64_t(priority) << 32) | uint64_t(left));
   };
   for (size_t k = 0; k + 1 < n; ++k) push(int64_t(k));
   while (!heap.empty()) {
@@ -257,10 +257,10 @@ uint32_t* BytePairModel::merge_heap(const uint8_t* p, size_t n, uint32_t* w) con
     int64_t left = int64_t(top & 0xFFFFFFFFu);
     Node& a = nodes[left];
     if (a.id == kNone || a.next < 0) continue;
-    const Merge m = merges_.find(a.id, nodes[a.next].id);
-    if (m.priority != uint32_t(top >> 32)) continue;  // stale: a neighbour changed
+    const uint32_t priority = merges_.priority(a.id, nodes[a.next].id);
+    if (priority != uint32_t(top >> 32)) continue;  // stale: a neighbour changed
     Node& b = nodes[a.next];
-    a.id = m.merged;
+    a.id = merges_.merged(priority);
     a.next = b.next;
     b.id = kNone;
     if (a.next >= 0) nodes[a.next].prev = left;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bit_filter.h"
 #include "huge_pages.h"
 
 namespace zllm {
@@ -41,13 +42,6 @@ class TokenIndex {
   uint32_t find(const uint8_t* p, size_t n, uint64_t h, const uint32_t* offsets, const char* arena) const;
 
  private:
-  // One bit per hash value (its top bits), set for every token's: most pieces that are no
-  // token are turned away by a table that stays in L2 (16 bits a token, about 3% pass it)
-  // instead of a probe of the slots, which miss every cache when a piece is new.
-  bool may_hold(uint64_t h) const {
-    const uint64_t b = h >> filter_shift_;
-    return (filter_[b >> 6] >> (b & 63)) & 1;
-  }
   // A slot holds a key's first 8 bytes, so most lookups (pieces of up to 8 bytes) touch one
   // cache line and never the arena.
   struct Slot {
@@ -57,8 +51,8 @@ class TokenIndex {
   };
   HugeVector<Slot> slots_;
   uint64_t mask_ = 0;
-  std::vector<uint64_t> filter_;
-  int filter_shift_ = 64;
+  // Most pieces that are no token are turned away by 16 bits a token (about 3% pass).
+  BitFilter filter_;
 };
 
 struct Merge {
@@ -67,11 +61,11 @@ struct Merge {
 };
 constexpr uint32_t kNoMerge = UINT32_MAX;
 
-// (left id, right id) -> Merge in one 8-byte slot: both ids (20 bits each) above the priority
-// (24 bits), so the table is half the bytes of a {pair, Merge} slot and sized by the pairs it
-// holds -- cold merging probes it several times per byte and it should stay in L2. The merged
-// id is the priority itself (tiktoken ranks) or looked up by priority (Hugging Face merges,
-// whose priority is the merge's index).
+// (left id, right id) -> priority in one 8-byte slot: both ids (20 bits each) above the
+// priority (24 bits), so the table is half the bytes of a {pair, Merge} slot and sized by the
+// pairs it holds -- cold merging probes it several times per byte and it should stay in L2.
+// The merged id is the priority itself (tiktoken ranks) or looked up by priority (Hugging Face
+// merges, whose priority is the merge's index), only for the pair that merges.
 class MergeTable {
  public:
   static constexpr uint32_t kMaxId = 1u << 20, kMaxPriority = (1u << 24) - 1;
@@ -80,24 +74,30 @@ class MergeTable {
 
   void insert(uint32_t left, uint32_t right, Merge m);  // a later insert of a pair wins
   void shrink_to_fit();                                 // once, after the last insert
-  Merge find(uint32_t left, uint32_t right) const {
+  // The pair's priority, or kNoMerge.
+  uint32_t priority(uint32_t left, uint32_t right) const {
     const uint64_t key = pair_key(left, right);
+    if (!filter_.may_hold(mix(key))) return kNoMerge;
     for (uint64_t i = slot_of(key);; i = (i + 1) & mask_) {
       const uint64_t s = slots_[i];
-      if ((s >> 24) == key) {
-        const uint32_t priority = uint32_t(s & kMaxPriority);
-        return Merge{priority, merged_.empty() ? priority : merged_[priority]};
-      }
-      if (!s) return Merge{kNoMerge, 0};
+      if ((s >> 24) == key) return uint32_t(s & kMaxPriority);
+      if (!s) return kNoMerge;
     }
   }
+  // The id a merge of this priority makes.
+  uint32_t merged(uint32_t priority) const { return merged_.empty() ? priority : merged_[priority]; }
 
  private:
   // +1 so that no occupied slot is 0 (the empty mark).
   static uint64_t pair_key(uint32_t left, uint32_t right) { return ((uint64_t(left) << 20) | right) + 1; }
-  uint64_t slot_of(uint64_t key) const { return ((key * 0x9E3779B97F4A7C15ull) >> 20) & mask_; }
+  static uint64_t mix(uint64_t key) { return key * 0x9E3779B97F4A7C15ull; }
+  uint64_t slot_of(uint64_t key) const { return (mix(key) >> 20) & mask_; }
   void rehash(size_t slots);
   HugeVector<uint64_t> slots_;  // key << 24 | priority, 0 = empty
+  // Most pairs a merge asks about do not merge, and when cold their probes of the slots were
+  // most of the lines merging touched (r50k code: 11,000 distinct such pairs, 4,400 that
+  // merge); 4 bits a slot (about 10 a pair) let 9% of them through.
+  BitFilter filter_;
   std::vector<uint32_t> merged_;  // priority -> merged id when they differ, else empty
   size_t size_ = 0;
   uint64_t mask_ = 0;
@@ -124,14 +124,14 @@ class BytePairModel {
 
  private:
   void derive_merges_from_ranks();
-  void fill_byte_merges();  // from merges_
+  void fill_byte_priorities();  // from merges_
   void insert_merges(const std::vector<std::pair<uint32_t, uint32_t>>& merges);
   uint32_t find(const uint8_t* p, size_t n, uint64_t h) const {
     return index_.find(p, n, h, offsets_.data(), arena_.data());
   }
   uint32_t* merge_small(const uint8_t* p, size_t n, uint32_t* w) const;
-  // The merge of two single-byte tokens, from a dense table: every merge starts with these.
-  Merge byte_merge(uint8_t a, uint8_t b) const { return byte_merges_[a << 8 | b]; }
+  // The priority of two single-byte tokens, from a dense table: every merge starts with these.
+  uint32_t byte_priority(uint8_t a, uint8_t b) const { return byte_priorities_[a << 8 | b]; }
   uint32_t* merge_heap(const uint8_t* p, size_t n, uint32_t* w) const;
 
   std::string arena_;
@@ -139,7 +139,7 @@ class BytePairModel {
   TokenIndex index_;
   MergeTable merges_;
   uint32_t byte_ids_[256];
-  HugeVector<Merge> byte_merges_;  // [first byte << 8 | second byte]
+  std::vector<uint32_t> byte_priorities_;  // [first byte << 8 | second byte]
   bool whole_piece_first_;
 };
 

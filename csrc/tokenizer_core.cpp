@@ -138,33 +138,43 @@ uint32_t* TokenizerCore::encode_pieces(const uint8_t* s, size_t n, size_t begin,
     const uint8_t* p = s + b;
     const size_t len = ends[j] - b;
     if (len > HotPieces::kMaxBytes) {
-      w = encode_cold_piece(p, len, cache, w);
+      w = encode_long_piece(p, len, cache, w);
     } else if (!cache.hot.find(keys[j], w)) {
-      uint32_t* end = encode_cold_piece(p, len, cache, w);
-      cache.hot.insert(keys[j], w, size_t(end - w));
-      w = end;
+      w = encode_short_piece(p, len, keys[j], cache, w);
     }
   }
   return w;
 }
 
-// A short piece that is one token needs one vocabulary probe and lives in the hot cache, so
-// the piece cache keeps only merged pieces and long ones; it is asked before the vocabulary
-// for long pieces, which repeat (and often miss the vocabulary) without a hot-cache entry.
-uint32_t* TokenizerCore::encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const {
-  if (n == 1) return model_.merge(p, n, w);
-  const uint64_t h = hash_bytes(p, n);
-  const bool whole_first = model_.whole_piece_first(), is_short = n <= HotPieces::kMaxBytes;
-  if (whole_first && is_short) {
-    const int64_t id = model_.whole(p, n, h);
+// A short piece the hot cache lacks: a token needs one vocabulary probe, and the piece cache
+// holds it only if the hot cache evicted it after merging it (PieceCache::insert_hot).
+uint32_t* TokenizerCore::encode_short_piece(const uint8_t* p, size_t n, const HotPieces::Key& key,
+                                            PieceCache& cache, uint32_t* w) const {
+  uint32_t* end = w;
+  bool merged = false;
+  if (n == 1) {
+    end = model_.merge(p, n, w);
+  } else {
+    const uint64_t h = hash_bytes(p, n);
+    const int64_t id = model_.whole_piece_first() ? model_.whole(p, n, h) : -1;
     if (id >= 0) {
-      *w = uint32_t(id);
-      return w + 1;
+      *end++ = uint32_t(id);
+    } else if (!cache.find(p, n, h, end)) {
+      end = model_.merge(p, n, w);
+      merged = true;
     }
   }
+  cache.insert_hot(key, w, size_t(end - w), merged);
+  return end;
+}
+
+// Long pieces have no hot-cache entry but repeat (and often miss the vocabulary), so the
+// piece cache is asked first.
+uint32_t* TokenizerCore::encode_long_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const {
+  const uint64_t h = hash_bytes(p, n);
   if (cache.find(p, n, h, w)) return w;
   uint32_t* end = w;
-  if (whole_first && !is_short) {
+  if (model_.whole_piece_first()) {
     const int64_t id = model_.whole(p, n, h);
     if (id >= 0) *end++ = uint32_t(id);
   }

@@ -61,7 +61,9 @@ class TokenizerCore {
   // The pieces of s[begin, ends[0]), [ends[0], ends[1]), ... [ends[k - 2], ends[k - 1]).
   uint32_t* encode_pieces(const uint8_t* s, size_t n, size_t begin, const uint32_t* ends, size_t k,
                           PieceCache& cache, uint32_t* w) const;
-  uint32_t* encode_cold_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const;
+  uint32_t* encode_short_piece(const uint8_t* p, size_t n, const HotPieces::Key& key, PieceCache& cache,
+                               uint32_t* w) const;
+  uint32_t* encode_long_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const;
   void seed_hot_pieces();
 
   BytePairModel model_;
