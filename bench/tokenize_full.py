@@ -10,16 +10,22 @@ documents, wall time. Every library's ids are checked against tiktoken's in the 
 Output types differ: tiktoken and Hugging Face return Python lists, gigatoken a numpy array.
 zllm_core is timed both ways (`encode`, a list; `encode_to_numpy`, an array) and each ratio
 compares like with like: gigatoken against the array row, the others against the list row.
+A second table pairs zllm_core[numpy] with gigatoken cold, round by round, and gives the
+median ratio with a 95% interval: best-of-N numbers taken minutes apart on a shared host move
+by several percent, more than the margin between the two.
 
     PYTHONPATH=$PWD python bench/tokenize_full.py [--families cl100k_base,...] [--chars 1000000]
+        [--repeats 2] [--paired-rounds 15]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
+from math import comb
 from pathlib import Path
 
 # numpy's OpenBLAS starts a thread per CPU that spins for a while; no library here uses BLAS,
@@ -128,6 +134,36 @@ def single_thread(makers: dict, text: str, expected: list[int], repeats: int) ->
     return {lib: (best(colds[lib]), best(warms[lib]), exact[lib]) for lib in makers}
 
 
+def paired_cold(makers: dict, text: str, rounds: int, ours: str = "zllm_core[numpy]",
+                peer: str = "gigatoken") -> list[float]:
+    """Per round, fresh objects of `ours` and `peer` (turns alternating) each encode `text`
+    cold: the ratio of their CPU times (>1: ours faster). A ratio from one round compares two
+    encodes a moment apart, so the host's drift, which moves best-of-N numbers taken minutes
+    apart by several percent, mostly cancels."""
+    ratios = []
+    for r in range(rounds):
+        seconds = {}
+        for lib in (ours, peer) if r % 2 == 0 else (peer, ours):
+            tok = makers[lib]()
+            encode(lib, tok, "x = 1\n")
+            seconds[lib] = cpu_and_wall(lambda: encode(lib, tok, text))[0]
+            del tok
+        ratios.append(seconds[peer] / seconds[ours])
+    return ratios
+
+
+def median_interval(xs: list[float], level: float = 0.95) -> tuple[float, float, float, float]:
+    """(median, low, high, coverage): a distribution-free interval for the median, the pair
+    of order statistics [x_(k), x_(n+1-k)] with the largest k whose coverage, from the
+    binomial(n, 1/2) count of values below the median, is still `level` (from 6 values on)."""
+    xs, n = sorted(xs), len(xs)
+    below = lambda k: sum(comb(n, j) for j in range(k)) / 2**n  # noqa: E731  P(count < k)
+    k = 1
+    while k < n // 2 and below(k + 1) <= (1 - level) / 2:
+        k += 1
+    return statistics.median(xs), xs[k - 1], xs[n - k], 1 - 2 * below(k)
+
+
 def batch(lib: str, make, docs: list[str]) -> tuple[float, float]:
     tok = make()
     cold = timed(lambda: encode_batch(lib, tok, docs))[0]
@@ -140,6 +176,7 @@ def main() -> None:
     ap.add_argument("--families", default=",".join(references.FAMILIES))
     ap.add_argument("--chars", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--paired-rounds", type=int, default=15)
     args = ap.parse_args()
     texts = {"code": code_text(args.chars), "prose": corpus.gettext_prose(args.chars)}
     all_cpus = os.sched_getaffinity(0)
@@ -147,6 +184,7 @@ def main() -> None:
     print("| family | text | library | cold MB/s cpu (wall) | warm MB/s cpu (wall) | zllm cold / this | "
           "zllm warm / this | exact | batch cold MB/s | batch warm MB/s |")
     print("|---|---|---|---:|---:|---:|---:|---|---:|---:|")
+    paired = {}
     for family in args.families.split(","):
         libs = Library(family)
         for text_name, text in texts.items():
@@ -156,6 +194,7 @@ def main() -> None:
             makers = libs.makers()
             os.sched_setaffinity(0, {min(all_cpus)})
             singles = single_thread(makers, text, expected, args.repeats)
+            paired[(family, text_name)] = paired_cold(makers, text, args.paired_rounds)
             os.sched_setaffinity(0, all_cpus)
             rows = {}
             for lib, make in makers.items():
@@ -168,6 +207,13 @@ def main() -> None:
                 print(f"| {family} | {text_name} | {lib} | {cold[0]:.1f} ({cold[1]:.1f}) | {warm[0]:.1f} ({warm[1]:.1f}) | "
                       f"{ours_cold / cold[0]:.2f}x | {ours_warm / warm[0]:.2f}x | {'yes' if exact else 'NO'} | "
                       f"{bcold:.1f} | {bwarm:.1f} |", flush=True)
+    print(f"\n# cold, paired: {args.paired_rounds} rounds, each a fresh zllm_core[numpy] and a fresh gigatoken "
+          "encoding the text once, one CPU; their CPU-time ratio per round (>1: zllm_core faster)")
+    print("| family | text | median zllm / gigatoken | interval (coverage) | lowest round |")
+    print("|---|---|---:|---|---:|")
+    for (family, text_name), ratios in paired.items():
+        median, low, high, coverage = median_interval(ratios)
+        print(f"| {family} | {text_name} | {median:.3f} | [{low:.3f}, {high:.3f}] ({coverage:.1%}) | {min(ratios):.3f} |")
 
 
 if __name__ == "__main__":
