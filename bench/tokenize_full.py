@@ -113,19 +113,25 @@ def cpu_and_wall(fn) -> tuple[float, float, object]:
     return time.process_time() - cpu, time.perf_counter() - wall, out
 
 
+def fresh_cold(lib: str, make, text: str) -> tuple[object, float, float, object]:
+    """(a fresh object, cpu s, wall s, ids) of its first encode of `text`, cold. The object
+    first encodes a tiny text, so one-time lazy setup is not timed."""
+    tok = make()
+    encode(lib, tok, "x = 1\n")
+    cpu, wall, ids = cpu_and_wall(lambda: encode(lib, tok, text))
+    return tok, cpu, wall, ids
+
+
 def single_thread(makers: dict, text: str, expected: list[int], repeats: int) -> dict:
     """Per library: best (cpu, wall) seconds cold over `repeats` fresh objects, then warm, and
     exactness. The libraries take turns within each round, so a change in the shared host's
-    load hits them alike instead of whichever ran then. Each fresh object first encodes a tiny
-    text, so one-time lazy setup is not timed."""
+    load hits them alike instead of whichever ran then."""
     colds = {lib: [] for lib in makers}
     warms = {lib: [] for lib in makers}
     exact = {lib: True for lib in makers}
     for _ in range(repeats):
         for lib, make in makers.items():
-            tok = make()
-            encode(lib, tok, "x = 1\n")
-            cpu, wall, ids = cpu_and_wall(lambda: encode(lib, tok, text))
+            tok, cpu, wall, ids = fresh_cold(lib, make, text)
             colds[lib].append((cpu, wall))
             exact[lib] &= list(ids) == expected
             warms[lib] += [cpu_and_wall(lambda: encode(lib, tok, text))[:2] for _ in range(repeats)]
@@ -142,12 +148,8 @@ def paired_cold(makers: dict, text: str, rounds: int, ours: str = "zllm_core[num
     apart by several percent, mostly cancels."""
     ratios = []
     for r in range(rounds):
-        seconds = {}
-        for lib in (ours, peer) if r % 2 == 0 else (peer, ours):
-            tok = makers[lib]()
-            encode(lib, tok, "x = 1\n")
-            seconds[lib] = cpu_and_wall(lambda: encode(lib, tok, text))[0]
-            del tok
+        order = (ours, peer) if r % 2 == 0 else (peer, ours)
+        seconds = {lib: fresh_cold(lib, makers[lib], text)[1] for lib in order}
         ratios.append(seconds[peer] / seconds[ours])
     return ratios
 
@@ -213,7 +215,8 @@ def main() -> None:
     print("|---|---|---:|---|---:|")
     for (family, text_name), ratios in paired.items():
         median, low, high, coverage = median_interval(ratios)
-        print(f"| {family} | {text_name} | {median:.3f} | [{low:.3f}, {high:.3f}] ({coverage:.1%}) | {min(ratios):.3f} |")
+        print(f"| {family} | {text_name} | {median:.3f} | [{low:.3f}, {high:.3f}] ({coverage:.1%}) | "
+              f"{min(ratios):.3f} |")
 
 
 if __name__ == "__main__":
