@@ -377,9 +377,11 @@ Plan plan_repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& pol
 // first `diverged` code points (provisionally while `divergence`, when given, is pending: the
 // repair is then worked out first and applied only once the divergence is proven, else kMoved);
 // `tokens` are old's. Returns (outcome, attempt, start, forked): on kSpliced the new text's
-// tokens from `start` replace those after it, in `tokens` itself, or with fork set in a new
-// TokenRun (`forked`) that leaves `tokens` as it was.
-py::tuple repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& policy, const SessionText& old,
+// tokens from `start` replace those after it and text replaces old, in `tokens` and `old`
+// themselves, or with fork set in a new TokenRun (`forked`) that leaves both as they were.
+// (Splicing here, not in Python after the return, keeps a 1M-character call's bookkeeping off
+// its critical path: after the proof has swept the caches, every Python step costs misses.)
+py::tuple repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& policy, SessionText& old,
                  const py::str& text, size_t diverged, TokenRun& tokens, size_t window, int max_doublings, bool fork,
                  Divergence* divergence) {
   Plan plan;
@@ -398,6 +400,7 @@ py::tuple repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& pol
     forked = py::cast(std::move(run));
   } else {
     splice(tokens, size_t(plan.kept), plan.fresh, plan.ends);
+    old.replace_from(text.ptr(), diverged);
   }
   return py::make_tuple(int(kSpliced), plan.sp.attempt, plan.sp.start, forked);
 }
@@ -433,8 +436,8 @@ void register_incremental(py::module_& m) {
       .def(py::init<>())
       .def_property_readonly("size", &TokenRun::size)
       .def_property_readonly("nbytes", &TokenRun::nbytes)
-      .def_property_readonly("ids", &TokenRun::ids_view, "The ids, a writable view (stale after the next change).")
-      .def_property_readonly("ends", &TokenRun::ends_view, "End offsets in code points, a writable view.")
+      .def_property_readonly("ids", &TokenRun::ids_view, "The ids, a read-only view (stale after the next change).")
+      .def_property_readonly("ends", &TokenRun::ends_view, "End offsets in code points, a read-only view.")
       .def("prefix", &TokenRun::prefix, py::arg("k"), "A new TokenRun of the first k tokens.");
   m.def("has_surrogates", &has_surrogates, py::arg("text"), py::arg("start"), "Whether text[start:] holds a surrogate.");
   m.def("stable_boundaries", &stable_boundaries, py::arg("core"), py::arg("grammar"), py::arg("policy"), py::arg("old"),
@@ -442,7 +445,8 @@ void register_incremental(py::module_& m) {
   m.def("repair", &repair, py::arg("core"), py::arg("grammar"), py::arg("policy"), py::arg("old"), py::arg("text"),
         py::arg("diverged"), py::arg("tokens"), py::arg("window"), py::arg("max_doublings"), py::arg("fork"),
         py::arg("divergence") = nullptr,
-        "(outcome, attempt, start, forked): splice text's tokens onto old's at a proven boundary.");
+        "(outcome, attempt, start, forked): splice text's tokens onto old's at a proven boundary "
+        "(and text onto old, unless forked).");
   m.def("encode_tail", &encode_tail, py::arg("core"), py::arg("policy"), py::arg("text"),
         "A TokenRun of text: its ids and their end offsets in code points.");
   m.def("checkpoint_hashes", &checkpoint_hashes, py::arg("text"), py::arg("stride"), py::arg("first"),

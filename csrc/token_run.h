@@ -1,6 +1,7 @@
 // A tokenization session's token ids and the code point offset where each token ends, in
 // growable buffers: replacing the tail after token k costs O(new tokens), amortised. The
-// buffers are numpy arrays, so views handed to Python stay valid (if stale) after growth.
+// buffers are numpy arrays, so views handed to Python stay valid (if stale) after growth; the
+// views are read-only, as the session alone may change its tokens.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -20,7 +21,7 @@ class TokenRun {
   size_t nbytes() const { return size_t(ids_.nbytes() + ends_.nbytes()); }
   const uint32_t* ids() const { return ids_.data(); }
   const uint32_t* ends() const { return ends_.data(); }
-  // Python views of the first size() entries (writable, sharing the buffers).
+  // Python views of the first size() entries (read-only, sharing the buffers).
   pybind11::array_t<uint32_t> ids_view() const { return view(ids_); }
   pybind11::array_t<uint32_t> ends_view() const { return view(ends_); }
 
@@ -53,7 +54,9 @@ class TokenRun {
     return out;
   }
   pybind11::array_t<uint32_t> view(const pybind11::array_t<uint32_t>& a) const {
-    return pybind11::array_t<uint32_t>({size_}, {sizeof(uint32_t)}, a.data(), a);
+    pybind11::array_t<uint32_t> v({size_}, {sizeof(uint32_t)}, a.data(), a);
+    pybind11::detail::array_proxy(v.ptr())->flags &= ~pybind11::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+    return v;
   }
 
   pybind11::array_t<uint32_t> ids_, ends_;

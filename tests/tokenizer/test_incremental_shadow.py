@@ -8,16 +8,18 @@ from zllm_core.tokenizer.incremental import IncrementalTokenizer
 LINES = "def f(x):\n    return x + 1\n\nclass A:\n  pass\n" * 200
 
 
-def corrupt(inc: IncrementalTokenizer, key: str) -> None:
-    session = inc.store.find("s", "", key)
-    session.tokens.ids[10] = (int(session.tokens.ids[10]) + 1) % 1000  # far left of any repair window
+def corrupt(inc: IncrementalTokenizer, key: str, at: int) -> None:
+    """Changes the session's token at `at` behind its back (its views are read-only)."""
+    ids = inc.store.find("s", "", key).tokens.ids
+    ids.flags.writeable = True
+    ids[at] = (int(ids[at]) + 1) % 1000
 
 
 def test_corrupted_session_is_detected_dropped_and_the_next_call_is_exact(family_tokenizers, caplog):
     tok = family_tokenizers["qwen2"]
     inc = IncrementalTokenizer(tok, shadow_rate=1.0)
     inc.encode(LINES, "s", key="k")
-    corrupt(inc, "k")
+    corrupt(inc, "k", 10)  # far left of any repair window
     with caplog.at_level(logging.ERROR, logger="zllm_core.tokenizer.shadow"):
         inc.encode(LINES + "turn 2\n", "s", key="k")  # spliced onto the corrupted prefix
         inc.shadow.drain()
@@ -34,8 +36,7 @@ def test_agreement_check_rejects_tokens_that_disagree_next_to_the_splice(family_
     tok = family_tokenizers["qwen2"]
     inc = IncrementalTokenizer(tok, shadow_rate=0)
     inc.encode(LINES, "s", key="k")
-    session = inc.store.find("s", "", "k")
-    session.tokens.ids[session.tokens.size - 20] += 1  # inside the window the repair re-reads
+    corrupt(inc, "k", inc.store.find("s", "", "k").tokens.size - 20)  # inside the window the repair re-reads
     text = LINES + "turn 2\n"
     assert inc.encode(text, "s", key="k").tolist() == tok.encode(text, allowed_special="all")
     assert inc.stats.disagreements == 1

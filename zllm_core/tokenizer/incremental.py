@@ -96,11 +96,9 @@ class IncrementalTokenizer:
                 session = self._continue(session, text, keyless=key is None)
             self.store.remember(session, save_as or key)
             self.store.touch(session)
-            ids = session.tokens.ids  # a fresh view of the session's buffer
+            ids = session.tokens.ids  # a fresh read-only view of the session's buffer
             if copy:
                 ids = ids.copy()
-            else:
-                ids.flags.writeable = False
             self.shadow.sample(session.id, text, ids)  # copies what it samples
         return ids
 
@@ -209,7 +207,7 @@ class IncrementalTokenizer:
             fork = Session(session.scope, _native.SessionText(text), fork_tokens)
             self.store.add(fork, None, text)
             return fork
-        self.store.replace_text(session, text, diverged)  # the repair spliced its tokens
+        self.store.reindex(session, text, diverged)  # the repair spliced its tokens and text
         return session
 
     def _repaired(self, text: str, clean_upto: int) -> str:
@@ -224,7 +222,8 @@ class IncrementalTokenizer:
         if forked:
             return self._cold(session.scope, text)
         session.tokens = _native.encode_tail(self._core, self._policy, text)
-        self.store.replace_text(session, text, 0)
+        session.text.replace_from(text, 0)
+        self.store.reindex(session, text, 0)
         return session
 
     # ---- shadow

@@ -107,13 +107,13 @@ class SessionStore:
         self._by_key[(session.scope, key)] = session
         session.keys.add(key)
 
-    def replace_text(self, session: Session, text: str, diverged_at: int) -> None:
-        """`session.text` becomes `text`, which shares its first `diverged_at` code points."""
-        session.text.replace_from(text, diverged_at)
-        end = self._indexed_blocks(text)
-        keep = min(diverged_at // self.stride, len(session.checkpoints), end)
-        if keep == len(session.checkpoints) == end:
+    def reindex(self, session: Session, text: str, diverged_at: int) -> None:
+        """`session.text` has become `text`, which shares the old text's first `diverged_at`
+        code points: the blocks from there are indexed afresh."""
+        indexed, end = len(session.checkpoints), self._indexed_blocks(text)
+        if end == indexed and diverged_at >= indexed * self.stride:
             return  # most calls: the change lies after the indexed blocks, which stay as they are
+        keep = min(diverged_at // self.stride, indexed, end)
         self._unindex_checkpoints(session, keep)
         del session.checkpoints[keep:]
         session.checkpoints += _native.checkpoint_hashes(text, self.stride, keep, end).tolist()
