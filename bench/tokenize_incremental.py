@@ -70,8 +70,7 @@ def demo_tokenizer(nfc: bool) -> Tokenizer:
 
 def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: int,
            latency_only: bool = False, nfc: bool = False, keyless: bool = False) -> list[tuple]:
-    """Rows (context chars, incr s, incr+copy s, tiktoken s, giga warm s, prefix check s) per
-    call; the prefix check is `str.startswith` of what the call shares with the previous one
+    """Rows (context chars, incr s, tiktoken s, giga warm s, prefix check s) per call; the prefix check is `str.startswith` of what the call shares with the previous one
     (the read any exact proof of the shared prefix makes, timed after the call). Two passes
     over the same rendered calls: the incremental tokenizer alone (what a server runs between
     requests), then the baselines, which also check every incremental result against a full
@@ -84,14 +83,14 @@ def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: i
     inc = IncrementalTokenizer(tok, budget_bytes=4 << 30, shadow_rate=0)
     timings, digests, checked, previous = [], [], 0, (None, "")
     for key, text in each_call(traces, template, sessions, max_calls, preamble):
-        dt_inc, ids = timed(inc.encode, text, "bench", None if keyless else key, copy=False)
-        dt_copy, _ = timed(ids.copy)
-        timings.append((len(text), dt_inc, dt_inc + dt_copy, prefix_check(text, *previous, key)))
+        dt_inc, ids = timed(inc.encode, text, "bench", None if keyless else key)
+        timings.append((len(text), dt_inc, prefix_check(text, *previous, key)))
         previous = (key, text)
         digests.append(hashlib.blake2b(ids.tobytes(), digest_size=16).digest())
         if latency_only and len(timings) % 50 == 0:
             checked += ids.tolist() == tok.encode(text, allowed_special="all")
-    rows = [(n, inc_s, copy_s, NAN, NAN, check_s) for n, inc_s, copy_s, check_s in timings]
+        del ids  # a server's request lets its prompt go: the session then rewrites in place
+    rows = [(n, inc_s, NAN, NAN, check_s) for n, inc_s, check_s in timings]
     if not latency_only:
         tik = tiktoken_of(tok)
         giga = gigatoken.Tokenizer.from_tiktoken(str(SHARED_VOCAB / f"{tok.name}.tiktoken"), pretokenizer=tok.name)
@@ -101,7 +100,7 @@ def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: i
             if (k + 1) % every == 0:
                 dt_tik, _ = timed(tik.encode, text, allowed_special="all")
                 dt_giga, _ = timed(giga.encode, text)  # warm: the previous call's text was encoded
-                rows[k] = rows[k][:3] + (dt_tik, dt_giga) + rows[k][5:]
+                rows[k] = rows[k][:2] + (dt_tik, dt_giga) + rows[k][4:]
             giga.encode(text)  # keeps the next call's cache as warm as an agent's resend finds it
         rows = [r for k, r in enumerate(rows) if (k + 1) % every == 0]
     st = inc.stats
@@ -135,29 +134,28 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def print_bands(rows: list[tuple]) -> None:
-    """incr: the repair, returning a view of the session's tokens; +copy: returning a copy."""
-    print(f"\n{'context':>8} {'calls':>6} {'incr p50':>9} {'p99':>7} {'+copy p50':>10} {'p99':>7} "
+    """incr: the repair, returning a read-only array the session never changes."""
+    print(f"\n{'context':>8} {'calls':>6} {'incr p50':>9} {'p99':>7} "
           f"{'tiktoken p50':>13} {'p99':>8} {'giga warm p50':>14} {'p99':>7} "
-          f"{'x tiktoken':>11} {'x giga':>7} {'(+copy)':>8}   (ms per call)")
+          f"{'x tiktoken':>11} {'x giga':>7}   (ms per call)")
     for lo, hi, name in BANDS:
         band = [r for r in rows if lo <= r[0] < hi]
         if not band:
             continue
-        inc, inc_copy, tik, giga = ([r[k] * 1e3 for r in band] for k in (1, 2, 3, 4))
-        print(f"{name:>8} {len(band):>6} {pct(inc, 50):>9.3f} {pct(inc, 99):>7.2f} {pct(inc_copy, 50):>10.3f} "
-              f"{pct(inc_copy, 99):>7.2f} {pct(tik, 50):>13.2f} {pct(tik, 99):>8.2f} {pct(giga, 50):>14.3f} "
-              f"{pct(giga, 99):>7.2f} {pct(tik, 50) / pct(inc, 50):>10.0f}x {pct(giga, 50) / pct(inc, 50):>6.1f}x "
-              f"{pct(giga, 50) / pct(inc_copy, 50):>7.1f}x")
-    print(f"\n{'context':>9} {'calls':>6} {'incr p50 ms':>12} {'+copy':>7} {'giga p50 ms':>12} "
+        inc, tik, giga = ([r[k] * 1e3 for r in band] for k in (1, 2, 3))
+        print(f"{name:>8} {len(band):>6} {pct(inc, 50):>9.3f} {pct(inc, 99):>7.2f} "
+              f"{pct(tik, 50):>13.2f} {pct(tik, 99):>8.2f} {pct(giga, 50):>14.3f} {pct(giga, 99):>7.2f} "
+              f"{pct(tik, 50) / pct(inc, 50):>10.0f}x {pct(giga, 50) / pct(inc, 50):>6.1f}x")
+    print(f"\n{'context':>9} {'calls':>6} {'incr p50 ms':>12} {'giga p50 ms':>12} "
           f"{'startswith p50':>15} {'incr - startswith':>18}   (cost as the context grows)")
     for lo in (0, 100_000, 300_000, 600_000, 1_000_000, 2_000_000, 4_000_000):
         band = [r for r in rows if lo <= r[0] < max(2 * lo, 100_000)]
         if band:
-            checked = [r for r in band if r[5] == r[5]]  # not a session's first call
+            checked = [r for r in band if r[4] == r[4]]  # not a session's first call
             print(f"{lo:>9,} {len(band):>6} {pct([r[1] * 1e3 for r in band], 50):>12.3f} "
-                  f"{pct([r[2] * 1e3 for r in band], 50):>7.3f} {pct([r[4] * 1e3 for r in band], 50):>12.3f} "
-                  f"{pct([r[5] * 1e3 for r in checked], 50):>15.3f} "
-                  f"{pct([(r[1] - r[5]) * 1e3 for r in checked], 50):>18.3f}")
+                  f"{pct([r[3] * 1e3 for r in band], 50):>12.3f} "
+                  f"{pct([r[4] * 1e3 for r in checked], 50):>15.3f} "
+                  f"{pct([(r[1] - r[4]) * 1e3 for r in checked], 50):>18.3f}")
 
 
 def router(context: str, appends: list[int], repeats: int = 5) -> None:

@@ -1,7 +1,9 @@
 // A tokenization session's token ids and the code point offset where each token ends, in
 // growable buffers: replacing the tail after token k costs O(new tokens), amortised. The
-// buffers are numpy arrays, so views handed to Python stay valid (if stale) after growth; the
-// views are read-only, as the session alone may change its tokens.
+// buffers are numpy arrays and Python gets read-only views of them, which never change:
+// appending writes past every view's end, and rewriting tokens a live view shows first moves
+// the run to fresh buffers (copy on write). So a server hands a prompt's ids on without a
+// copy, and pays one only when a request still holds them as its session moves on.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -26,10 +28,11 @@ class TokenRun {
   pybind11::array_t<uint32_t> ends_view() const { return view(ends_); }
 
   // Keeps the first k tokens and makes room for n more after them; returns where they go
-  // (ids, ends). Call with the GIL held.
+  // (ids, ends). Call with the GIL held (it reads the buffers' reference counts).
   std::pair<uint32_t*, uint32_t*> keep_and_extend(size_t k, size_t n) {
     k = std::min(k, size_);
-    if (k + n > size_t(ids_.size())) {
+    const bool viewed = k < size_ && (Py_REFCNT(ids_.ptr()) > 1 || Py_REFCNT(ends_.ptr()) > 1);
+    if (viewed || k + n > size_t(ids_.size())) {
       const size_t capacity = std::max({k + n, 2 * size_t(ids_.size()), size_t(256)});
       ids_ = grown(ids_, k, capacity);
       ends_ = grown(ends_, k, capacity);

@@ -86,6 +86,30 @@ def test_repairs_are_spliced_not_recomputed(tokenizers):
     assert inc.stats.repairs == 2 and inc.stats.accepted_at[0] == 2 and inc.stats.whole_window == 0
 
 
+
+def address(ids) -> int:
+    return ids.__array_interface__["data"][0]
+
+
+def test_returned_ids_never_change_as_the_session_moves_on(tokenizers):
+    """A held result keeps its tokens while later calls rewrite the session's tail (the run
+    moves to fresh buffers); with no result held, a call rewrites the tail in place."""
+    tok = tokenizers["qwen2"]
+    inc = IncrementalTokenizer(tok, shadow_rate=0)
+    base = LINES * 40
+    inc.encode(base + "w = 1\n" * 50, "s", key="k")  # room for the shorter tails below
+    held = inc.encode(base + "x = 1\n", "s", key="k")
+    before = held.tolist()
+    edited = inc.encode(base + "y = 22\n", "s", key="k")  # rewrites tokens `held` shows
+    assert held.tolist() == before and not held.flags.writeable and not edited.flags.writeable
+    assert edited.tolist() == tok.encode(base + "y = 22\n", allowed_special="all")
+    buffer = address(edited)
+    del held, edited
+    again = inc.encode(base + "z = 333\n", "s", key="k")
+    assert address(again) == buffer  # nobody held the old tokens: no copy
+    assert again.tolist() == tok.encode(base + "z = 333\n", allowed_special="all")
+
+
 NFC_STEPS = {  # NFC composes across the splice, or the client re-sends its text decomposed
     "mark composes with the old end": ["a\nnote e", "a\nnote e\u0301 ok", "a\nnote e\u0301 ok\u0327"],
     "decomposed resend": ["a\ncaf\u00e9\n", "a\ncafe\u0301\nmore", "a\ncafe\u0301\nmore\u00e9\n"],

@@ -56,8 +56,7 @@ class PromptBuilder:
         text = self.render(req)
         # The cache key (prompt_cache_key, a response chain) finds the session directly;
         # without one the longest stored text prefix does. Ids equal a full encode either way.
-        ids = self.tokens.encode(text, scope, key=req.cache_key)  # our own copy of the session's
-        ids.flags.writeable = False
+        ids = self.tokens.encode(text, scope, key=req.cache_key)  # a view the session never changes
         return Prompt(text, ids, self.template.dialect.starts_in_reasoning(text))
 
     def parser(self, req: CanonicalRequest, prompt: Prompt, scope: str) -> StreamParser:

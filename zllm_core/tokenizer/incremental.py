@@ -81,12 +81,12 @@ class IncrementalTokenizer:
         self.shadow = ShadowVerifier(reference or self._reference, self._invalidate, tokenizer.decode,
                                      rate=shadow_rate, seed=shadow_seed)
 
-    def encode(self, text: str, scope: str = "", key: str | None = None, save_as: str | None = None,
-               copy: bool = True) -> np.ndarray:
+    def encode(self, text: str, scope: str = "", key: str | None = None, save_as: str | None = None
+               ) -> np.ndarray:
         """Token ids (uint32) of `text`, continuing the session found by `key` (else by the
-        longest shared prefix in `scope`); the session is then also found by `save_as`.
-        copy=False returns a read-only view of the session's tokens instead of a copy (O(n)):
-        valid until the session's next call, for a caller that consumes it at once."""
+        longest shared prefix in `scope`); the session is then also found by `save_as`. The
+        array is a read-only view of the session's tokens that later calls never change
+        (csrc/token_run.h), so returning it copies nothing."""
         with self._lock:
             self.stats.calls += 1
             session = self.store.find(scope, text, key)
@@ -96,10 +96,8 @@ class IncrementalTokenizer:
                 session = self._continue(session, text, keyless=key is None)
             self.store.remember(session, save_as or key)
             self.store.touch(session)
-            ids = session.tokens.ids  # a fresh read-only view of the session's buffer
-            if copy:
-                ids = ids.copy()
-            self.shadow.sample(session.id, text, ids)  # copies what it samples
+            ids = session.tokens.ids
+            self.shadow.sample(session.id, text, ids)
         return ids
 
     def metrics(self) -> dict[str, float]:

@@ -43,14 +43,15 @@ class ShadowVerifier:
         self._worker: threading.Thread | None = None
 
     def sample(self, session_id: int, text: str, ids: np.ndarray) -> None:
-        """Queues (text, a copy of ids) for checking with probability `rate`; never blocks."""
+        """Queues (text, ids) for checking with probability `rate`; never blocks. `ids` must
+        not change afterwards (the incremental tokenizer's views never do)."""
         if self.rate <= 0 or self._rng.random() >= self.rate:
             return
         if self._worker is None:
             self._worker = threading.Thread(target=self._run, name="tokenizer-shadow", daemon=True)
             self._worker.start()
         try:
-            self._pending.put_nowait((session_id, text, ids.copy()))
+            self._pending.put_nowait((session_id, text, ids))
         except queue.Full:
             self.stats.skipped += 1
 
