@@ -6,7 +6,8 @@ context is already resident -- the previous turn's prompt, its sampled token, th
 ``--new`` appended tokens -- through the real objects an engine step uses, with the model
 NOT run:
 
-* handover: PromptBuilder.build giving the tokenizer's array to the engine (it was ``tolist()``);
+* handover: PromptBuilder.build giving the tokenizer's array to the engine (it was ``tolist()``;
+  the array is now the tokenizer session's own read-only one, handed over as it is);
 * snapshot: AsyncEngine.generate's copy of the prompt;
 * admit: LLMEngine.add_request (validation, the sequence's token buffer, queueing);
 * match: Scheduler.schedule (prefix-cache lookup and adoption, block allocation);
@@ -77,7 +78,7 @@ def cpu_ms(fn) -> tuple[float, object]:
 def one_turn(engine: LLMEngine, rid: str, prompt: np.ndarray, hint: CacheHint) -> tuple[dict, Sequence]:
     """One request through the engine's bookkeeping; returns each stage's CPU ms."""
     t = {}
-    t["handover"], _ = cpu_ms(lambda: prompt.setflags(write=False))
+    t["handover"], _ = cpu_ms(lambda: prompt)
     t["snapshot"], ids = cpu_ms(lambda: np.array(prompt))
     t["admit"], _ = cpu_ms(lambda: engine.add_request(rid, ids, PARAMS, hint))
     t["match"], batch = cpu_ms(engine.scheduler.schedule)
@@ -103,7 +104,7 @@ def old_minus_new(engine: LLMEngine, prompt: np.ndarray, seq: Sequence, keyless:
     usable = (len(prompt) - 1) // BLOCK
     session = next(engine.cache.sessions.recent(seq.cache.scope))
     delta = {
-        "handover": cpu_ms(prompt.tolist)[0] - cpu_ms(lambda: prompt.setflags(write=False))[0],
+        "handover": cpu_ms(prompt.tolist)[0] - cpu_ms(lambda: prompt)[0],
         "snapshot": cpu_ms(lambda: list(tokens))[0] - cpu_ms(lambda: np.array(prompt))[0],
         "admit": (cpu_ms(lambda: (min(tokens), max(tokens), list(tokens)))[0]
                   - cpu_ms(lambda: (prompt.min(), prompt.max(), Sequence("x", prompt, PARAMS, 0)))[0]),

@@ -70,8 +70,9 @@ def demo_tokenizer(nfc: bool) -> Tokenizer:
 
 def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: int,
            latency_only: bool = False, nfc: bool = False, keyless: bool = False) -> list[tuple]:
-    """Rows (context chars, incr s, tiktoken s, giga warm s, prefix check s) per call; the prefix check is `str.startswith` of what the call shares with the previous one
-    (the read any exact proof of the shared prefix makes, timed after the call). Two passes
+    """Rows (context chars, incr s, tiktoken s, giga warm s, prefix check s) per call; the
+    prefix check is `str.startswith` of what the call shares with the previous one (the read
+    any exact proof of the shared prefix makes, timed after the call). Two passes
     over the same rendered calls: the incremental tokenizer alone (what a server runs between
     requests), then the baselines, which also check every incremental result against a full
     encode. latency_only: the first pass only, checked on every 50th call. keyless: calls carry

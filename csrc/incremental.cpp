@@ -399,8 +399,8 @@ py::tuple repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& pol
     splice(run, size_t(plan.kept), plan.fresh, plan.ends);
     forked = py::cast(std::move(run));
   } else {
+    old.replace_from(text.ptr(), diverged);  // first: it may refuse (over 4 GB), changing nothing
     splice(tokens, size_t(plan.kept), plan.fresh, plan.ends);
-    old.replace_from(text.ptr(), diverged);
   }
   return py::make_tuple(int(kSpliced), plan.sp.attempt, plan.sp.start, forked);
 }
@@ -436,8 +436,8 @@ void register_incremental(py::module_& m) {
       .def(py::init<>())
       .def_property_readonly("size", &TokenRun::size)
       .def_property_readonly("nbytes", &TokenRun::nbytes)
-      .def_property_readonly("ids", &TokenRun::ids_view, "The ids, a read-only view (stale after the next change).")
-      .def_property_readonly("ends", &TokenRun::ends_view, "End offsets in code points, a read-only view.")
+      .def_property_readonly("ids", &TokenRun::ids_view, "The ids, a read-only array later changes never reach.")
+      .def_property_readonly("ends", &TokenRun::ends_view, "End offsets in code points, likewise.")
       .def("prefix", &TokenRun::prefix, py::arg("k"), "A new TokenRun of the first k tokens.");
   m.def("has_surrogates", &has_surrogates, py::arg("text"), py::arg("start"), "Whether text[start:] holds a surrogate.");
   m.def("stable_boundaries", &stable_boundaries, py::arg("core"), py::arg("grammar"), py::arg("policy"), py::arg("old"),

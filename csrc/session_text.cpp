@@ -237,26 +237,27 @@ void SessionText::replace_from(PyObject* str, size_t shared) {
   if (comparing_ != nullptr) comparing_->verified();
   const StrStorage s(str);
   const size_t first = std::min({shared, size_, s.size}) / kChunk;  // chunks before it are kept
-  if (first < chunks_.size()) {
-    data_.resize(chunks_[first].offset);
-    chunks_.resize(first);
-  }
-  size_ = s.size;
-  // Widths first, then one resize: exact for a text built afresh, geometric for appends.
+  // Widths first, checked against the 4 GB limit before anything changes; then one resize:
+  // exact for a text built afresh, geometric for appends.
   const size_t count = (s.size + kChunk - 1) / kChunk;
-  size_t offset = data_.size();
-  chunks_.resize(count);
-  for (size_t k = first; k < count; ++k) {
-    const size_t at = k * kChunk, n = std::min(kChunk, s.size - at);
-    chunks_[k] = Chunk{uint32_t(offset), narrowest_width(s, at, n)};
-    offset += n * chunks_[k].width;
-    if (offset > UINT32_MAX) throw std::length_error("session text over 4 GB");
-  }
-  data_.resize(offset);
+  std::vector<uint32_t> widths(count > first ? count - first : 0);
+  size_t end = first < chunks_.size() ? chunks_[first].offset : data_.size();
   for (size_t k = first; k < count; ++k) {
     const size_t at = k * kChunk;
-    store(s, at, std::min(kChunk, s.size - at), chunks_[k].width, data_.data() + chunks_[k].offset);
+    widths[k - first] = narrowest_width(s, at, std::min(kChunk, s.size - at));
+    end += std::min(kChunk, s.size - at) * widths[k - first];
   }
+  if (end > UINT32_MAX) throw std::length_error("session text over 4 GB");
+  size_t offset = first < chunks_.size() ? chunks_[first].offset : data_.size();
+  chunks_.resize(count);
+  data_.resize(end);
+  for (size_t k = first; k < count; ++k) {
+    const size_t at = k * kChunk, n = std::min(kChunk, s.size - at);
+    chunks_[k] = Chunk{uint32_t(offset), widths[k - first]};
+    store(s, at, n, chunks_[k].width, data_.data() + offset);
+    offset += n * chunks_[k].width;
+  }
+  size_ = s.size;
 }
 
 std::string SessionText::utf8(size_t from, size_t to) const {

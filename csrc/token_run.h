@@ -18,6 +18,9 @@ namespace zllm {
 class TokenRun {
  public:
   TokenRun() : ids_(0), ends_(0) {}
+  TokenRun(const TokenRun&) = delete;  // two runs sharing buffers would write into each other
+  TokenRun(TokenRun&&) = default;
+  TokenRun& operator=(TokenRun&&) = default;
 
   size_t size() const { return size_; }
   size_t nbytes() const { return size_t(ids_.nbytes() + ends_.nbytes()); }
@@ -31,14 +34,16 @@ class TokenRun {
   // (ids, ends). Call with the GIL held (it reads the buffers' reference counts).
   std::pair<uint32_t*, uint32_t*> keep_and_extend(size_t k, size_t n) {
     k = std::min(k, size_);
-    const bool viewed = k < size_ && (Py_REFCNT(ids_.ptr()) > 1 || Py_REFCNT(ends_.ptr()) > 1);
-    if (viewed || k + n > size_t(ids_.size())) {
-      const size_t capacity = std::max({k + n, 2 * size_t(ids_.size()), size_t(256)});
-      ids_ = grown(ids_, k, capacity);
-      ends_ = grown(ends_, k, capacity);
+    const size_t capacity = size_t(ids_.size());
+    const bool shown = k < exposed_ && (Py_REFCNT(ids_.ptr()) > 1 || Py_REFCNT(ends_.ptr()) > 1);
+    if (shown || k + n > capacity) {
+      const size_t grown_to = k + n > capacity ? std::max({k + n, 2 * capacity, size_t(256)}) : capacity;
+      ids_ = copied(ids_, k, grown_to);
+      ends_ = copied(ends_, k, grown_to);
+      exposed_ = 0;
     }
     size_ = k + n;
-    return {ids_.mutable_data() + k, ends_.mutable_data() + k};
+    return {data(ids_) + k, data(ends_) + k};
   }
 
   TokenRun prefix(size_t k) const {
@@ -51,19 +56,33 @@ class TokenRun {
   }
 
  private:
-  static pybind11::array_t<uint32_t> grown(const pybind11::array_t<uint32_t>& a, size_t keep, size_t capacity) {
-    pybind11::array_t<uint32_t> out(capacity);
-    std::memcpy(out.mutable_data(), a.data(), keep * sizeof(uint32_t));
+  // The buffers are read-only arrays over memory a capsule owns: numpy then lets no view of
+  // them (nor the buffers themselves) be made writable, and only this class writes them,
+  // through the raw pointer.
+  static uint32_t* data(const pybind11::array_t<uint32_t>& a) {
+    return reinterpret_cast<uint32_t*>(pybind11::detail::array_proxy(a.ptr())->data);
+  }
+  static void freeze(const pybind11::array_t<uint32_t>& a) {
+    pybind11::detail::array_proxy(a.ptr())->flags &= ~pybind11::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  }
+  static pybind11::array_t<uint32_t> copied(const pybind11::array_t<uint32_t>& a, size_t keep, size_t capacity) {
+    auto* memory = new uint32_t[capacity];
+    std::memcpy(memory, a.data(), keep * sizeof(uint32_t));
+    pybind11::capsule owner(memory, [](void* p) { delete[] static_cast<uint32_t*>(p); });
+    pybind11::array_t<uint32_t> out({capacity}, {sizeof(uint32_t)}, memory, owner);
+    freeze(out);
     return out;
   }
   pybind11::array_t<uint32_t> view(const pybind11::array_t<uint32_t>& a) const {
     pybind11::array_t<uint32_t> v({size_}, {sizeof(uint32_t)}, a.data(), a);
-    pybind11::detail::array_proxy(v.ptr())->flags &= ~pybind11::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+    freeze(v);
+    exposed_ = std::max(exposed_, size_);
     return v;
   }
 
   pybind11::array_t<uint32_t> ids_, ends_;
   size_t size_ = 0;
+  mutable size_t exposed_ = 0;  // the longest view handed out of the current buffers
 };
 
 }  // namespace zllm

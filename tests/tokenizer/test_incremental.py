@@ -108,6 +108,15 @@ def test_returned_ids_never_change_as_the_session_moves_on(tokenizers):
     again = inc.encode(base + "z = 333\n", "s", key="k")
     assert address(again) == buffer  # nobody held the old tokens: no copy
     assert again.tolist() == tok.encode(base + "z = 333\n", allowed_special="all")
+    session = inc.store.find("s", "", "k")
+    size, results = session.tokens.nbytes, []
+    for i in range(20):  # every result held: each call copies, none grows the buffers
+        results.append(inc.encode(base + f"v = {i}\n", "s", key="k"))
+    assert session.tokens.nbytes == size
+    assert [r.tolist() for r in results] == [tok.encode(base + f"v = {i}\n", allowed_special="all")
+                                             for i in range(20)]
+    with pytest.raises(ValueError):
+        again.base.flags.writeable = True  # nor can a holder write through to the session
 
 
 NFC_STEPS = {  # NFC composes across the splice, or the client re-sends its text decomposed

@@ -21,7 +21,7 @@ from zllm_core.tokenizer.incremental import IncrementalTokenizer
 @dataclass(frozen=True)
 class Prompt:
     text: str
-    token_ids: np.ndarray  # uint32, read-only: it crosses to the engine without a per-token copy
+    token_ids: np.ndarray  # uint32, read-only, the tokenizer session's own: later requests never change it
     in_reasoning: bool  # the generation prompt ends inside an open reasoning block
 
 

@@ -86,3 +86,4 @@ class ShadowVerifier:
                 log.exception("shadow check failed")
             finally:
                 self._pending.task_done()
+                del item  # a held view would make its session copy its tokens when they next change
