@@ -241,14 +241,15 @@ void SessionText::replace_from(PyObject* str, size_t shared) {
   // exact for a text built afresh, geometric for appends.
   const size_t count = (s.size + kChunk - 1) / kChunk;
   std::vector<uint32_t> widths(count > first ? count - first : 0);
-  size_t end = first < chunks_.size() ? chunks_[first].offset : data_.size();
+  const size_t kept = first < chunks_.size() ? chunks_[first].offset : data_.size();  // bytes
+  size_t end = kept;
   for (size_t k = first; k < count; ++k) {
     const size_t at = k * kChunk;
     widths[k - first] = narrowest_width(s, at, std::min(kChunk, s.size - at));
     end += std::min(kChunk, s.size - at) * widths[k - first];
   }
   if (end > UINT32_MAX) throw std::length_error("session text over 4 GB");
-  size_t offset = first < chunks_.size() ? chunks_[first].offset : data_.size();
+  size_t offset = kept;
   chunks_.resize(count);
   data_.resize(end);
   for (size_t k = first; k < count; ++k) {

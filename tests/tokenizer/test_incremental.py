@@ -86,7 +86,6 @@ def test_repairs_are_spliced_not_recomputed(tokenizers):
     assert inc.stats.repairs == 2 and inc.stats.accepted_at[0] == 2 and inc.stats.whole_window == 0
 
 
-
 def address(ids) -> int:
     return ids.__array_interface__["data"][0]
 
