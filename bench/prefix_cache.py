@@ -3,7 +3,7 @@
     python bench/prefix_cache.py [--prefixes 1024 4096 16384 32768] [--sessions 6] [--trials 40]
 
 1. Time to first token of a 32-token suffix after a cached prefix, hit against miss.
-2. Token hit rate replaying ../shared/traces/agent_sessions.jsonl (rendered through the
+2. Token hit rate replaying the generated agent trace (bench/trace_replay.py, rendered through the
    demo model's chat template) at several cache sizes, one shared scope against a scope
    per tenant (5 tenants).  The replay runs the real PrefixCache and BlockPool; only the
    model is skipped (a token-level model of the same index).
@@ -30,9 +30,8 @@ from zllm_core.model.demo import resolve_model_dir
 from zllm_core.model.loader import load_model
 from zllm_core.tokenizer import Tokenizer
 
-from trace_replay import trace_requests  # bench/ is on sys.path when run as a script
+from trace_replay import agent_trace, trace_requests  # bench/ is on sys.path when run as a script
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 FIRST_TOKEN = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
 
 
@@ -64,7 +63,7 @@ def bench_hit_rate(model_dir: Path, sessions: int, max_calls: int, sizes: list[i
     tokenizer = Tokenizer.from_pretrained(model_dir)
     template = ChatTemplate.from_model_dir(model_dir)
     prompts = []
-    for s, system, tools, history in trace_requests(SHARED / "traces" / "agent_sessions.jsonl", sessions, max_calls):
+    for s, system, tools, history in trace_requests(agent_trace(), sessions, max_calls):
         text = template.render([Message("system", system), *history], tools, add_generation_prompt=True)
         prompts.append((s, tokenizer.encode(text, allowed_special="all")))
     total = sum(len(p) for _, p in prompts)

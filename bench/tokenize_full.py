@@ -41,9 +41,8 @@ import tokenizers  # noqa: E402
 
 from tests.tokenizer import corpus, references  # noqa: E402
 from zllm_core.tokenizer import Tokenizer  # noqa: E402
-from zllm_core.tokenizer.vocabulary import load_family  # noqa: E402
+from zllm_core.tokenizer.vocabulary import PACKAGE_VOCAB, load_family  # noqa: E402
 
-SHARED = Path(os.environ.get("ZLLM_SHARED_DIR", REPO.parent / "shared"))
 GIGA_NAMES = {"r50k_base": "r50k", "cl100k_base": "cl100k", "o200k_base": "o200k", "qwen2": "qwen2"}
 
 
@@ -56,7 +55,7 @@ class Library:
 
     def __init__(self, family: str):
         self.family = family
-        self.vocab = load_family(family, SHARED / "vocab")
+        self.vocab = load_family(family)
         self.ranks = {t: i for i, t in enumerate(self.vocab.tokens) if t}
         spec = references.family_spec(family)
         self.spec = spec
@@ -67,7 +66,7 @@ class Library:
         self.hf_json = json.dumps(references.tokenizer_json(self.vocab.tokens, [], pre))
 
     def makers(self) -> dict:
-        path = str(SHARED / "vocab" / self.spec["file"])
+        path = str(PACKAGE_VOCAB / self.spec["file"])
         return {
             "zllm_core": lambda: Tokenizer(self.vocab),
             "zllm_core[numpy]": lambda: Tokenizer(self.vocab),

@@ -38,17 +38,16 @@ from zllm_core.dialects.chat_template import ChatTemplate
 from zllm_core.model.demo import resolve_model_dir
 from zllm_core.tokenizer import Tokenizer
 from zllm_core.tokenizer.incremental import IncrementalTokenizer
-from zllm_core.tokenizer.vocabulary import PACKAGE_VOCAB, SHARED_VOCAB, load_family
+from zllm_core.tokenizer.vocabulary import PACKAGE_VOCAB, load_family
 
-from trace_replay import rendered_calls, trace_text  # bench/ is on sys.path when run as a script
+from trace_replay import agent_trace, rendered_calls, trace_text  # bench/ is on sys.path when run as a script
 
-SHARED = Path(os.environ.get("ZLLM_SHARED_DIR", Path(__file__).resolve().parents[2] / "shared"))
 NAN = float("nan")
 BANDS = [(0, 100_000, "<100K"), (100_000, 1_000_000, "100K-1M"), (1_000_000, 10**12, ">1M")]
 
 
 def tiktoken_of(tok: Tokenizer) -> tiktoken.Encoding:
-    vocab = load_family(tok.name, SHARED_VOCAB)
+    vocab = load_family(tok.name)
     ranks = {t: i for i, t in enumerate(vocab.tokens) if t}
     pattern = json.loads((PACKAGE_VOCAB / "families.json").read_text())[tok.name]["pat_str"]
     return tiktoken.Encoding(tok.name, pat_str=pattern, mergeable_ranks=ranks,
@@ -65,7 +64,7 @@ def demo_tokenizer(nfc: bool) -> Tokenizer:
     """The demo model's tokenizer (Qwen2's ranks); nfc: with the NFC normalizer Qwen's own
     tokenizer.json declares."""
     tok = Tokenizer.from_pretrained(resolve_model_dir("zllm-demo"))
-    return Tokenizer(replace(load_family(tok.name, PACKAGE_VOCAB), normalizer="NFC")) if nfc else tok
+    return Tokenizer(replace(load_family(tok.name), normalizer="NFC")) if nfc else tok
 
 
 def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: int,
@@ -94,7 +93,7 @@ def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: i
     rows = [(n, inc_s, NAN, NAN, check_s) for n, inc_s, check_s in timings]
     if not latency_only:
         tik = tiktoken_of(tok)
-        giga = gigatoken.Tokenizer.from_tiktoken(str(SHARED_VOCAB / f"{tok.name}.tiktoken"), pretokenizer=tok.name)
+        giga = gigatoken.Tokenizer.from_tiktoken(str(PACKAGE_VOCAB / f"{tok.name}.tiktoken"), pretokenizer=tok.name)
         for k, (_, text) in enumerate(each_call(traces, template, sessions, max_calls, preamble)):
             full = np.asarray(tok.encode(text, allowed_special="all"), dtype=np.uint32)
             checked += hashlib.blake2b(full.tobytes(), digest_size=16).digest() == digests[k]
@@ -192,7 +191,8 @@ def nfc_cost(context: str, repeats: int = 7) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--trace", type=Path, nargs="+", default=[SHARED / "traces" / "agent_sessions.jsonl"])
+    ap.add_argument("--trace", type=Path, nargs="+", default=None,
+                    help="JSONL traces (default: the generated 16-session agent trace)")
     ap.add_argument("--sessions", type=int, default=1000)
     ap.add_argument("--max-calls", type=int, default=100_000)
     ap.add_argument("--baseline-every", type=int, default=1, help="time the full baselines on every k-th call")
@@ -209,6 +209,7 @@ def main() -> None:
     ap.add_argument("--latency-only", action="store_true", help="the incremental pass only (no baselines); "
                     "exactness checked on every 50th call")
     args = ap.parse_args()
+    args.trace = args.trace or [agent_trace()]
     if args.one_thread:
         os.environ["ZLLM_SCAN_THREADS"] = "1"  # read when the first long prompt is compared
     rows = replay(args.trace, args.sessions, args.max_calls, args.baseline_every, args.pad, args.latency_only,

@@ -1,12 +1,47 @@
-"""Agent traces (../shared/traces/*.jsonl) -> chat requests, shared by the benchmarks."""
+"""Agent traces -> chat requests, shared by the benchmarks and the tests.
+
+`agent_trace()` is the trace they replay by default: tools/make_agent_trace.py run on this
+machine (it reads the standard library, package docs and gettext catalogues), kept under the
+cache directory by the generator's hash, so a fresh clone needs nothing from outside it.
+"""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from zllm_core.dialects.chat_template import ChatTemplate
 from zllm_core.dialects.conversation import FunctionTool, Message, ToolCall
+
+
+GENERATOR = Path(__file__).resolve().parents[1] / "tools" / "make_agent_trace.py"
+
+
+def agent_trace(sessions: int = 16, seed: int = 20261130) -> Path:
+    """The path of a generated trace, made once (about 6 s for 16 sessions) and then reused."""
+    version = hashlib.sha256(GENERATOR.read_bytes()).hexdigest()[:12]
+    root = Path(os.environ.get("ZLLM_CACHE_DIR") or Path.home() / ".cache" / "zllm") / "traces"
+    path = root / f"agent_sessions-{sessions}-{seed}-{version}.jsonl"
+    if path.is_file():
+        return path
+    root.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".trace.", dir=root)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            subprocess.run([sys.executable, str(GENERATOR), "--sessions", str(sessions),
+                            "--seed", str(seed)], stdout=out, check=True)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)  # whole or absent: a killed run leaves only the temporary name
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
 
 
 def trace_requests(path: Path, sessions: int, max_calls: int):

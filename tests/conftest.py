@@ -1,5 +1,6 @@
-"""Suite-wide setup: shared data location and the Triton interpreter on CPU-only hosts."""
+"""Suite-wide setup: the generated agent trace and the Triton interpreter on CPU-only hosts."""
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,11 +11,11 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("ZLLM_SHARED_DIR", REPO.parent / "shared"))
+sys.path.insert(0, str(REPO / "bench"))
+from trace_replay import agent_trace as _agent_trace  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    if not SHARED.is_dir():
-        pytest.fail(f"shared data not found at {SHARED} (set ZLLM_SHARED_DIR)")
-    return SHARED
+def agent_trace() -> Path:
+    """Sixteen agent sessions (~6,000 calls) generated on this machine, cached across runs."""
+    return _agent_trace()

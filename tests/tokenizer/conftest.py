@@ -12,30 +12,30 @@ from zllm_core.tokenizer.rules import LLAMA3, PATTERNS
 
 
 @pytest.fixture(scope="session")
-def documents(shared_dir: Path) -> dict[str, list[str]]:
+def documents(agent_trace: Path) -> dict[str, list[str]]:
     """Corpus name -> documents: standard-library sources, rendered agent sessions, prose."""
     return {
         "stdlib": corpus.stdlib_sources(),
-        "trace": corpus.trace_texts(shared_dir),
+        "trace": corpus.trace_texts(agent_trace),
         "prose": [corpus.gettext_prose(10_000_000 if corpus.FULL else 300_000)],
     }
 
 
 @pytest.fixture(scope="session")
-def family_tokenizers(shared_dir: Path) -> dict[str, Tokenizer]:
-    return {name: Tokenizer.from_family(name, shared_dir / "vocab") for name in references.FAMILIES}
+def family_tokenizers() -> dict[str, Tokenizer]:
+    return {name: Tokenizer.from_family(name) for name in references.FAMILIES}
 
 
 @pytest.fixture(scope="session")
-def tiktoken_encodings(shared_dir: Path) -> dict:
-    return {name: references.tiktoken_encoding(shared_dir, name) for name in references.FAMILIES}
+def tiktoken_encodings() -> dict:
+    return {name: references.tiktoken_encoding(name) for name in references.FAMILIES}
 
 
 @pytest.fixture(scope="session")
-def hf_json_dir(shared_dir: Path, tmp_path_factory) -> Path:
+def hf_json_dir(tmp_path_factory) -> Path:
     """tokenizer.json files in the shapes real models ship, built from the families' ranks."""
     out = tmp_path_factory.mktemp("hf_json")
-    tokens = {name: references.family_tokens(shared_dir, name) for name in references.FAMILIES}
+    tokens = {name: references.family_tokens(name) for name in references.FAMILIES}
     spec = references.family_spec
     split, byte_level = references.split, references.byte_level
     llama3 = next(p for p, r in PATTERNS.items() if r is LLAMA3)

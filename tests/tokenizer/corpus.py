@@ -44,9 +44,9 @@ def render_session(session: dict) -> str:
     return "\n\n".join(parts)
 
 
-def trace_texts(shared_dir: Path, full: bool = FULL) -> list[str]:
+def trace_texts(trace: Path, full: bool = FULL) -> list[str]:
     texts = []
-    with open(shared_dir / "traces" / "agent_sessions.jsonl", encoding="utf-8") as f:
+    with open(trace, encoding="utf-8") as f:
         for k, line in enumerate(f):
             if not full and k >= SAMPLE_TRACE_SESSIONS:
                 break

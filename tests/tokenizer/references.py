@@ -20,13 +20,13 @@ def family_spec(name: str) -> dict:
     return json.loads((PACKAGE_VOCAB / "families.json").read_text())[name]
 
 
-def family_tokens(shared_dir: Path, name: str) -> list[bytes]:
-    return parse_tiktoken((shared_dir / "vocab" / family_spec(name)["file"]).read_bytes())
+def family_tokens(name: str) -> list[bytes]:
+    return parse_tiktoken((PACKAGE_VOCAB / family_spec(name)["file"]).read_bytes())
 
 
-def tiktoken_encoding(shared_dir: Path, name: str) -> tiktoken.Encoding:
+def tiktoken_encoding(name: str) -> tiktoken.Encoding:
     spec = family_spec(name)
-    ranks = {t: i for i, t in enumerate(family_tokens(shared_dir, name)) if t}
+    ranks = {t: i for i, t in enumerate(family_tokens(name)) if t}
     return tiktoken.Encoding(name, pat_str=spec["pat_str"], mergeable_ranks=ranks,
                              special_tokens=spec["special_tokens"])
 

@@ -12,6 +12,7 @@ import pytest
 
 from tests.tokenizer.conftest import report
 from zllm_core.tokenizer import Tokenizer, UnsupportedTokenizer
+from zllm_core.tokenizer.vocabulary import PACKAGE_VOCAB
 
 CHAT = "<|im_start|>user\nhi <think>x</think><|im_end|><|endoftext|>"
 
@@ -125,7 +126,7 @@ def test_50mb_without_newlines_is_linear(cl100k, capsys):
     assert elapsed < 30 and piece_elapsed < 10
 
 
-def test_from_pretrained_uses_the_family_named_in_tokenizer_config(tmp_path, shared_dir, qwen):
+def test_from_pretrained_uses_the_family_named_in_tokenizer_config(tmp_path, qwen):
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"zllm_tokenizer_family": "qwen2"}))
     tok = Tokenizer.from_pretrained(tmp_path)
     assert tok.encode(CHAT, allowed_special="all") == qwen.encode(CHAT, allowed_special="all")
@@ -136,8 +137,8 @@ def test_from_pretrained_without_tokenizer_files_is_refused(tmp_path):
         Tokenizer.from_pretrained(tmp_path)
 
 
-def test_vocabulary_with_wrong_sha256_is_refused(tmp_path, shared_dir):
-    shutil.copy(shared_dir / "vocab" / "r50k_base.tiktoken", tmp_path / "r50k_base.tiktoken")
+def test_vocabulary_with_wrong_sha256_is_refused(tmp_path):
+    shutil.copy(PACKAGE_VOCAB / "r50k_base.tiktoken", tmp_path / "r50k_base.tiktoken")
     with open(tmp_path / "r50k_base.tiktoken", "ab") as f:
         f.write(b"IQ== 99999\n")
     with pytest.raises(ValueError, match="sha256"):

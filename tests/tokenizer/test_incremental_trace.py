@@ -3,25 +3,20 @@ incremental tokens equal full tokenization, and the first 512-char window almost
 holds a proven boundary. (bench/tokenize_incremental.py replays the whole trace.)"""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from tests.tokenizer.conftest import report
 from zllm_core.dialects.chat_template import ChatTemplate
 from zllm_core.model.demo import resolve_model_dir
 from zllm_core.tokenizer import Tokenizer
 from zllm_core.tokenizer.incremental import IncrementalTokenizer
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from trace_replay import rendered_calls  # noqa: E402
+from trace_replay import rendered_calls  # bench/, on sys.path from tests/conftest.py
 
 
-def test_trace_replay_is_exact_at_every_call(shared_dir, capsys):
+def test_trace_replay_is_exact_at_every_call(agent_trace, capsys):
     model_dir = resolve_model_dir("zllm-demo")
     tok = Tokenizer.from_pretrained(model_dir)
     inc = IncrementalTokenizer(tok, shadow_rate=0)
     calls = 0
-    for s, text in rendered_calls(shared_dir / "traces" / "agent_sessions.jsonl",
+    for s, text in rendered_calls(agent_trace,
                                   ChatTemplate.from_model_dir(model_dir), sessions=6, max_calls=80):
         assert inc.encode(text, "demo", key=f"session{s}").tolist() == tok.encode(text, allowed_special="all")
         calls += 1

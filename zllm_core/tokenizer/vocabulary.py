@@ -11,7 +11,6 @@ from pathlib import Path
 from zllm_core.tokenizer.rules import Rules, rules_for_pattern
 
 PACKAGE_VOCAB = Path(__file__).resolve().parent / "vocab"
-SHARED_VOCAB = Path(__file__).resolve().parents[2].parent / "shared" / "vocab"
 
 
 @dataclass(frozen=True)
@@ -66,8 +65,9 @@ def _families() -> dict:
 
 
 def _find_file(file: str, vocab_dir: str | os.PathLike | None) -> Path:
-    dirs = [PACKAGE_VOCAB, vocab_dir, os.environ.get("ZLLM_VOCAB_DIR"), SHARED_VOCAB]
-    for d in dirs:
-        if d is not None and (Path(d) / file).is_file():
-            return Path(d) / file
-    raise FileNotFoundError(f"{file} not found in {[str(d) for d in dirs if d is not None]}")
+    """Every family ships in the package; `vocab_dir` names a copy of one's file to use instead
+    (checked against the same sha256)."""
+    path = Path(vocab_dir or PACKAGE_VOCAB) / file
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: vocabulary file not found")
+    return path
