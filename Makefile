@@ -1,7 +1,12 @@
 # The whole setup lives here so README's two commands work on a fresh machine.
+SHELL       := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.zllm-installed
+MODEL  ?= zllm-demo
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
 PROMPT ?= Write a haiku about caches.
 
 .PHONY: setup serve generate test
@@ -9,20 +14,26 @@ PROMPT ?= Write a haiku about caches.
 setup: $(STAMP)
 
 # CPU machines get the CPU build of torch (2.13.0 lies on this kind's disk); a machine
-# with an NVIDIA driver, or a torch already in the venv, keeps what it has.
+# with an NVIDIA driver, or a torch already in the venv, keeps what it has.  Each step says
+# what it does, and the native build shows its compile steps ([3/24] ...), so a first
+# setup is never two silent minutes.
 $(STAMP): pyproject.toml CMakeLists.txt $(wildcard csrc/*)
+	@echo "==> [1/3] virtual environment in $(VENV)"
 	test -x $(PY) || python3 -m venv $(VENV)
+	@echo "==> [2/3] torch"
 	$(PY) -c 'import torch' 2>/dev/null || \
-	  if command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q torch; \
-	  else $(PY) -m pip install -q torch==2.13.0; fi
-	$(PY) -m pip install -q -e '.[dev]'
+	  if command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install torch; \
+	  else $(PY) -m pip install torch==2.13.0; fi
+	@echo "==> [3/3] zllm_core, its test dependencies and its native module (C++ compile, about a minute)"
+	$(PY) -m pip install -v -e '.[dev]' 2>&1 | sed -n -E \
+	  '/^(Collecting|Installing collected|Successfully|ERROR|error)|\*\*\*|^ *\[[0-9]+\/[0-9]+\]/p'
 	touch $(STAMP)
 
 serve: setup
-	$(VENV)/bin/zllm serve --port 8000
+	$(VENV)/bin/zllm serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
 generate: setup
-	$(VENV)/bin/zllm generate "$(PROMPT)"
+	$(VENV)/bin/zllm generate --model $(MODEL) "$(PROMPT)"
 
 test: setup
 	$(PY) -m pytest -q -x --durations=15

@@ -6,7 +6,7 @@ tokens into stream text and applies stop strings.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import numpy as np
@@ -17,8 +17,9 @@ from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
 from zllm_core.cache.scope import CacheHint, Scope, model_manifest, tokenizer_manifest
 from zllm_core.cache.token_ids import TokenIds
 from zllm_core.engine.detokenizer import StreamDetokenizer
+from zllm_core.engine.device import resolve_device
 from zllm_core.engine.model_runner import ModelRunner
-from zllm_core.engine.sampler import apply_hooks, sample
+from zllm_core.engine.sampler import TokenLogprob, apply_hooks, sample, token_logprobs
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.engine.scheduler import Scheduler, SchedulerConfig
 from zllm_core.engine.sequence import Sequence, Status
@@ -29,7 +30,7 @@ from zllm_core.model.attention_backend import select_backend
 class EngineConfig:
     model: str = "zllm-demo"
     dtype: Optional[str] = None
-    device: str = "cpu"
+    device: str = "cpu"  # or "auto" (CUDA when torch sees one), "cuda", "cuda:1"
     block_size: int = 16
     kv_cache_bytes: int = 1 << 30
     max_num_seqs: int = 64
@@ -51,6 +52,7 @@ class RequestOutput:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    logprobs: Optional[list[TokenLogprob]] = None  # one per new token, when the request asked
 
     @property
     def finished(self) -> bool:
@@ -90,6 +92,7 @@ class LLMEngine:
         from zllm_core.model.loader import load_model
         from zllm_core.tokenizer import Tokenizer
 
+        config = replace(config, device=resolve_device(config.device))
         model_dir = resolve_model_dir(config.model)
         model = load_model(model_dir, dtype=config.dtype, device=config.device)
         dtype = str(next(model.parameters()).dtype)
@@ -188,14 +191,15 @@ class LLMEngine:
         logits[:, self.sampleable:] = float("-inf")
         failed = apply_hooks(logits, sampled)
         tokens = sample(logits, sampled)
-        return [self._fail(seq, failed[i]) if i in failed else self._append(seq, tok)
+        logprobs = token_logprobs(logits, sampled, tokens)
+        return [self._fail(seq, failed[i]) if i in failed else self._append(seq, tok, logprobs[i])
                 for i, (seq, tok) in enumerate(zip(sampled, tokens))]
 
     def _fail(self, seq: Sequence, exc: Exception) -> RequestOutput:
         self.scheduler.finish(seq, "abort")
         return self._output(seq, [], "", error=f"{type(exc).__name__}: {exc}")
 
-    def _append(self, seq: Sequence, token: int) -> RequestOutput:
+    def _append(self, seq: Sequence, token: int, logprob: Optional[TokenLogprob]) -> RequestOutput:
         seq.append(token)
         reason = self._stop_reason(seq, token)
         detok = self._detok.get(seq.request_id)
@@ -209,7 +213,7 @@ class LLMEngine:
                 text += detok.flush()
         if reason:
             self.scheduler.finish(seq, "stop" if reason == "stop_token" else reason)
-        return self._output(seq, [token], text)
+        return self._output(seq, [token], text, logprobs=None if logprob is None else [logprob])
 
     def _stop_reason(self, seq: Sequence, token: int) -> Optional[str]:
         p = seq.params
@@ -221,11 +225,12 @@ class LLMEngine:
             return "length"  # the sequence alone would fill the KV cache
         return None
 
-    def _output(self, seq: Sequence, new: list[int], text: str, error: Optional[str] = None) -> RequestOutput:
+    def _output(self, seq: Sequence, new: list[int], text: str, error: Optional[str] = None,
+                logprobs: Optional[list[TokenLogprob]] = None) -> RequestOutput:
         detok = self._detok.get(seq.request_id)
         stop_string = detok.stopped if detok is not None else None
         if seq.status is Status.FINISHED:
             self._seqs.pop(seq.request_id, None)
             self._detok.pop(seq.request_id, None)
         return RequestOutput(seq.request_id, new, text, seq.finish_reason, stop_string, error,
-                             seq.prompt_len, seq.num_cached, seq.num_output)
+                             seq.prompt_len, seq.num_cached, seq.num_output, logprobs)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import logging
 import os
 import socket
 import sys
@@ -11,6 +13,9 @@ from pathlib import Path
 def default_store_path() -> str:
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     return str(state / "zllm" / "responses.sqlite3")
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def add_serve_parser(sub) -> None:
@@ -28,21 +33,47 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--max-body-bytes", type=int, default=64 << 20)
     p.add_argument("--response-store", default=default_store_path(),
                    help="SQLite file for stored responses (previous_response_id)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
+    p.add_argument("--log-level", default="info", choices=LOG_LEVELS,
+                   help="info logs one access line per request")
     p.set_defaults(func=run_serve)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, taken before the model loads: a busy port fails in a second, not
+    after a minute of loading."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        reason = "is already in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound ({exc.strerror})"
+        raise ValueError(f"port {port} on {host} {reason}; pick another with --port "
+                         "(make serve PORT=...), or 0 for any free port") from None
+    return sock
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from zllm_core.engine.async_engine import AsyncEngine
+    from zllm_core.engine.device import describe_device, resolve_device
     from zllm_core.model.demo import resolve_model_dir
     from zllm_core.server.app import create_app
     from zllm_core.server.gate import parse_api_keys
     from zllm_core.server.prompt import PromptBuilder
     from zllm_core.server.runtime import ServerConfig
 
-    engine_config = {"device": args.device}
+    device = resolve_device(args.device)
+    sock = bind(args.host, args.port)
+    configure_logging(args.log_level)
+    engine_config = {"device": device}
     if args.max_model_len:
         engine_config["max_model_len"] = args.max_model_len
     engine = AsyncEngine.from_model(args.model, **engine_config)
@@ -53,16 +84,15 @@ def run_serve(args: argparse.Namespace) -> int:
         api_keys=parse_api_keys(args.api_key), max_body_bytes=args.max_body_bytes,
         store_path=args.response_store)
     app = create_app(engine, PromptBuilder.from_model_dir(model_dir, engine.tokenizer), config)
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
     host, port = sock.getsockname()[:2]
     # Tests and scripts read this line to find a --port 0 server.
-    print(f"zllm serving '{config.model_name}' on http://{host}:{port}", file=sys.stderr, flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws="websockets-sansio"))
+    print(f"zllm serving '{config.model_name}' on http://{host}:{port} "
+          f"(device {describe_device(device)})", file=sys.stderr, flush=True)
+    # log_config=None: uvicorn logs through the handler configured above; access lines are ours.
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, log_config=None,
+                                           access_log=False, ws="websockets-sansio"))
     try:
         server.run(sockets=[sock])
     finally:
         engine.shutdown()
     return 0
-
