@@ -109,14 +109,15 @@ class ReplayEngine:
 
     def __init__(self, engine: AsyncEngine, pieces: list[str]):
         self.tokenizer, self.max_model_len, self.pieces = engine.tokenizer, engine.max_model_len, pieces
+        self.metrics = engine.metrics
 
     async def generate(self, prompt_ids, params, request_id=None, cache=None):
         n = min(params.max_tokens, len(self.pieces))
         for i in range(n):
             await asyncio.sleep(0)
             done = i == n - 1
-            yield GenerationEvent([0], self.pieces[i], "length" if done else None,
-                                  len(prompt_ids), 0, i + 1)
+            yield GenerationEvent([0], self.pieces[i], "length" if done else None, None,
+                                  prompt_tokens=len(prompt_ids), cached_tokens=0, completion_tokens=i + 1)
 
 
 async def record(engine: AsyncEngine, prompts: PromptBuilder, tokens: int) -> list[str]:

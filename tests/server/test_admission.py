@@ -8,6 +8,7 @@ from zllm_core.dialects import Message
 from zllm_core.model.demo import resolve_model_dir
 from zllm_core.protocols.canonical import CanonicalRequest, RequestError, SamplingParams
 from zllm_core.server.generation import Generation, Limits
+from zllm_core.server.metrics import ServerMetrics
 from zllm_core.server.prompt import PromptBuilder
 from zllm_core.tokenizer import Tokenizer
 
@@ -20,7 +21,7 @@ HUGE = " ".join(f"v{i * 7919 % 1000003:x}q" for i in range(125_000))
 def generation():
     model_dir = resolve_model_dir("zllm-demo")
     prompts = PromptBuilder.from_model_dir(model_dir, Tokenizer.from_pretrained(model_dir))
-    return Generation(None, prompts, Limits(max_model_len=16384, max_output_tokens=64))
+    return Generation(None, prompts, Limits(max_model_len=16384, max_output_tokens=64), ServerMetrics(dict, dict))
 
 
 def test_a_million_character_prompt_leaves_the_event_loop_running(generation):

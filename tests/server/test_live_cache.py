@@ -43,11 +43,11 @@ def test_a_forked_history_is_logged_as_a_near_miss(server, openai_client):
 
 
 def test_metrics_count_a_repeated_prompt_as_cached(server, openai_client):
-    before = httpx.get(server.url + "/metrics", timeout=10).json()  # open, like /health
+    before = httpx.get(server.url + "/metrics.json", timeout=10).json()  # open, like /health
     history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Metrics, please."}]
     ask(openai_client, history)
     _, hit = ask(openai_client, history)
-    after = httpx.get(server.url + "/metrics", timeout=10).json()
+    after = httpx.get(server.url + "/metrics.json", timeout=10).json()
     cache, blocks = after["cache"], after["blocks"]
     assert hit > 0 and cache["cached_tokens"] - before["cache"]["cached_tokens"] >= hit
     assert cache["requests"] - before["cache"]["requests"] == 2
@@ -61,12 +61,12 @@ def test_metrics_count_a_repeated_prompt_as_cached(server, openai_client):
 def test_a_resent_conversation_is_tokenized_incrementally(server, openai_client):
     import httpx
 
-    before = httpx.get(server.url + "/metrics").json()["tokenizer"]
+    before = httpx.get(server.url + "/metrics.json").json()["tokenizer"]
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Go on."}]
     for turn in range(3):
         reply, _ = ask(openai_client, messages)
         messages += [{"role": "assistant", "content": reply.choices[0].message.content or ""},
                      {"role": "user", "content": f"Step {turn} done."}]
-    after = httpx.get(server.url + "/metrics").json()["tokenizer"]
+    after = httpx.get(server.url + "/metrics.json").json()["tokenizer"]
     assert after["calls"] - before["calls"] == 3
     assert after["repairs"] - before["repairs"] >= 2  # turns 2 and 3 splice onto turn 1's tokens

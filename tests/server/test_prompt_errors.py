@@ -7,6 +7,7 @@ from zllm_core.dialects import ChatTemplate, Message, dialect_named
 from zllm_core.model.demo import resolve_model_dir
 from zllm_core.protocols.canonical import CanonicalRequest, RequestError, SamplingParams
 from zllm_core.server.generation import Generation, Limits
+from zllm_core.server.metrics import ServerMetrics
 from zllm_core.server.prompt import PromptBuilder
 from zllm_core.tokenizer import Tokenizer
 
@@ -19,7 +20,7 @@ REFUSING = ("{% if messages[0].role != 'system' %}"
 def generation():
     tokenizer = Tokenizer.from_pretrained(resolve_model_dir("zllm-demo"))
     prompts = PromptBuilder(ChatTemplate(REFUSING, dialect_named("hermes")), tokenizer)
-    return Generation(None, prompts, Limits(max_model_len=1024, max_output_tokens=16))
+    return Generation(None, prompts, Limits(max_model_len=1024, max_output_tokens=16), ServerMetrics(dict, dict))
 
 
 def request(*messages: Message) -> CanonicalRequest:

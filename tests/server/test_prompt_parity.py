@@ -9,7 +9,7 @@ from zllm_core.protocols import anthropic_messages as am
 from zllm_core.protocols import openai_chat as oc
 from zllm_core.protocols import openai_responses as orr
 from zllm_core.protocols.responses_stream import ResponsesStream
-from zllm_core.protocols.canonical import Finish, Usage
+from zllm_core.protocols.canonical import Finish, SamplingParams, Usage
 from zllm_core.server.prompt import PromptBuilder
 from zllm_core.server.tool_call_memory import ToolCallMemory
 from zllm_core.tokenizer import Tokenizer
@@ -80,7 +80,8 @@ def test_model_tool_call_text_streams_through_every_protocol(prompts):
                    for c in ch["choices"][0]["delta"].get("tool_calls", []))
     assert json.loads(args) == ARGS
     final = validate_responses_stream(encode(ResponsesStream(
-        orr.ResponsesRequest.model_validate({"model": "m", "input": "x"}), "r", "m"), events))
+        orr.ResponsesRequest.model_validate({"model": "m", "input": "x"}), "r", "m",
+        SamplingParams()), events))
     assert [i["type"] for i in final["output"]] == ["message", "function_call"]
     anthropic = encode(am.MessagesStream("msg", "m", 10), events)
     validate_anthropic_stream(anthropic)

@@ -23,6 +23,9 @@ MODEL = "zllm-demo"
 class BrokenEngine:
     max_model_len = 4096
 
+    def metrics(self):
+        return {}
+
     async def generate(self, *args, **kwargs):
         raise RuntimeError("engine bug")
         yield
@@ -38,7 +41,7 @@ def client():
     model_dir = resolve_model_dir(MODEL)
     prompts = PromptBuilder.from_model_dir(model_dir, Tokenizer.from_pretrained(model_dir))
     app = create_app(BrokenEngine(), prompts, ServerConfig(model_name=MODEL))
-    app.app.state.runtime.store = BrokenStore(":memory:")
+    app.state.runtime.store = BrokenStore(":memory:")
     with TestClient(app) as client:
         yield client
 

@@ -8,8 +8,8 @@ from zllm_core.protocols import anthropic_messages as am
 from zllm_core.protocols import openai_chat as oc
 from zllm_core.protocols import openai_responses as orr
 from zllm_core.protocols.canonical import (
-    Finish, ParsedOutput, ReasoningDelta, RequestError, TextDelta, ToolCallArgsDelta, ToolCallEnd,
-    ToolCallStart, Usage,
+    Finish, ParsedOutput, ReasoningDelta, RequestError, SamplingParams, TextDelta,
+    ToolCallArgsDelta, ToolCallEnd, ToolCallStart, Usage,
 )
 from zllm_core.protocols.responses_stream import ResponsesStream
 from zllm_core.server.generation import encoded
@@ -65,7 +65,7 @@ def responses_request(**kw):
 
 
 def test_responses_stream_items_match_final_response():
-    enc = ResponsesStream(responses_request(include=["reasoning.encrypted_content"]), "resp_1", "m")
+    enc = ResponsesStream(responses_request(include=["reasoning.encrypted_content"]), "resp_1", "m", SamplingParams())
     final = validate_responses_stream(run(enc))
     assert [i["type"] for i in final["output"]] == ["reasoning", "message", "function_call", "function_call"]
     reasoning, message, call_a, call_b = final["output"]
@@ -79,7 +79,7 @@ def test_responses_stream_items_match_final_response():
 
 
 def test_responses_stream_reports_length_as_incomplete():
-    final = validate_responses_stream(run(ResponsesStream(responses_request(), "r", "m"),
+    final = validate_responses_stream(run(ResponsesStream(responses_request(), "r", "m", SamplingParams()),
                                           [TextDelta("a")], "length"))
     assert final["status"] == "incomplete"
     assert final["incomplete_details"] == {"reason": "max_output_tokens"}
@@ -119,7 +119,7 @@ def test_anthropic_validator_rejects_broken_order(broken):
 
 
 def test_responses_validator_rejects_gapped_sequence_numbers():
-    events = run(ResponsesStream(responses_request(), "r", "m"))
+    events = run(ResponsesStream(responses_request(), "r", "m", SamplingParams()))
     del events[4]
     with pytest.raises(AssertionError):
         validate_responses_stream(events)
@@ -134,7 +134,7 @@ async def failing_after(events, error=RequestError("engine step failed")):
 @pytest.mark.parametrize("make", [
     lambda: oc.ChatStream("c", "m", include_usage=False),
     lambda: am.MessagesStream("msg", "m", 10),
-    lambda: ResponsesStream(responses_request(), "r", "m"),
+    lambda: ResponsesStream(responses_request(), "r", "m", SamplingParams()),
 ])
 def test_a_failure_before_any_output_raises_and_after_it_becomes_an_error_event(make):
     async def drain(events):
@@ -150,7 +150,7 @@ def test_a_failure_before_any_output_raises_and_after_it_becomes_an_error_event(
 @pytest.mark.parametrize("make", [
     lambda: oc.ChatStream("c", "m", include_usage=False),
     lambda: am.MessagesStream("msg", "m", 10),
-    lambda: ResponsesStream(responses_request(), "r", "m"),
+    lambda: ResponsesStream(responses_request(), "r", "m", SamplingParams()),
 ])
 def test_an_internal_failure_mid_stream_ends_the_stream_with_a_500_class_error(make, caplog):
     async def drain(events):

@@ -84,7 +84,7 @@ class ParsedOutput:
                 ended.append(ev.index)
             elif isinstance(ev, ParseError):
                 out.errors.append(ev)
-            else:
+            elif isinstance(ev, Repair):
                 out.repairs.append(ev)
         out.content, out.reasoning = "".join(text), "".join(thought)
         out.tool_calls = [ToolCall(calls[i][0], calls[i][1], "".join(calls[i][2])) for i in ended]

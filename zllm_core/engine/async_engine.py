@@ -18,6 +18,7 @@ import numpy as np
 from zllm_core.cache.scope import CacheHint
 from zllm_core.cache.token_ids import TokenIds
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine, RequestOutput
+from zllm_core.engine.sampler import TokenLogprob
 from zllm_core.engine.sampling_params import SamplingParams
 
 log = logging.getLogger("zllm.engine")
@@ -32,6 +33,7 @@ class GenerationEvent:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    logprobs: Optional[list[TokenLogprob]] = None
 
 
 class EngineError(RuntimeError):
@@ -174,4 +176,4 @@ class AsyncEngine:
 
 def _event(out: RequestOutput) -> GenerationEvent:
     return GenerationEvent(out.new_token_ids, out.text, out.finish_reason, out.stop_string,
-                           out.prompt_tokens, out.cached_tokens, out.completion_tokens)
+                           out.prompt_tokens, out.cached_tokens, out.completion_tokens, out.logprobs)

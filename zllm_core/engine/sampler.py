@@ -1,6 +1,8 @@
 """From logits to next tokens: the per-request hook first, then vectorised sampling."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from zllm_core.engine.sequence import Sequence
@@ -61,3 +63,32 @@ def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
         # A row with no finite mass (a hook masked everything) falls back to its argmax.
         out[idx] = torch.where(torch.isfinite(cdf[:, -1]) & (cdf[:, -1] > 0), drawn, out[idx])
     return out.tolist()
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A sampled token's log-probability and the top alternatives at its position."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]  # (token id, logprob), most likely first
+
+
+def token_logprobs(logits: torch.Tensor, seqs: list[Sequence], tokens: list[int]) -> list[TokenLogprob | None]:
+    """For the rows that ask (``params.logprobs``): the distribution the hooks and fences left,
+    before temperature and top-p, as OpenAI's logprobs report it. One log-softmax and one
+    top-k for all of them."""
+    rows = [i for i, s in enumerate(seqs) if s.params.logprobs is not None]
+    out: list[TokenLogprob | None] = [None] * len(seqs)
+    if not rows:
+        return out
+    idx = torch.tensor(rows, device=logits.device)
+    lp = logits[idx].log_softmax(dim=-1)
+    chosen = lp.gather(1, torch.tensor([tokens[i] for i in rows], device=logits.device)[:, None])
+    k = max(seqs[i].params.logprobs for i in rows)
+    top_lp, top_ids = lp.topk(k, dim=-1) if k else (lp[:, :0], lp[:, :0].long())
+    chosen, top_lp, top_ids = chosen.squeeze(1).tolist(), top_lp.tolist(), top_ids.tolist()
+    for j, i in enumerate(rows):
+        n = seqs[i].params.logprobs
+        out[i] = TokenLogprob(tokens[i], chosen[j], tuple(zip(top_ids[j][:n], top_lp[j][:n])))
+    return out

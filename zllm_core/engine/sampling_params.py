@@ -10,6 +10,7 @@ import torch
 # A per-request hook between the output head and sampling: it receives the tokens so far
 # (a read-only int32 array) and edits that request's logits row in place (token fences mask here).
 LogitsHook = Callable[[np.ndarray, torch.Tensor], None]
+MAX_LOGPROBS = 20  # top alternatives per token, as OpenAI's APIs allow
 
 
 @dataclass
@@ -23,6 +24,8 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logits_hook: Optional[LogitsHook] = None
+    # Report each sampled token's log-probability and this many top alternatives (None: none).
+    logprobs: Optional[int] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -37,6 +40,8 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
 
     @property
     def greedy(self) -> bool:

@@ -18,8 +18,9 @@ from zllm_core.dialects import arguments_text
 from zllm_core.protocols.canonical import (
     CanonicalRequest, Finish, FunctionTool, Message, OutputEvent, ParsedOutput, ReasoningDelta,
     RequestError, TextDelta, ToolCall, ToolCallArgsDelta, ToolCallEnd,
-    ToolCallStart, ToolChoice, Usage, sampling,
+    ToolCallStart, ToolChoice, Usage, named_tool_choice, sampling,
 )
+from zllm_core.protocols.tool_schema import function_tool
 
 # Claude Code prepends this attribution block; its per-request cch= nonce would fork every prefix.
 BILLING_HEADER = "x-anthropic-billing-header:"
@@ -174,16 +175,16 @@ def _turn(m: AnthropicMessage, i: int, remembered: Remembered) -> list[Message]:
     return out
 
 
-def _tool_choice(req: CountTokensRequest) -> ToolChoice:
+def _tool_choice(req: CountTokensRequest, tools: list[FunctionTool]) -> ToolChoice:
     choice = req.tool_choice
     if choice is None:
-        return ToolChoice("auto" if req.tools else "none")
+        return ToolChoice("auto" if tools else "none")
     parallel = not choice.disable_parallel_tool_use
     if choice.type == "tool":
         if not choice.name:
             raise RequestError("tool_choice.name is required when tool_choice.type is 'tool'",
                                param="tool_choice.name")
-        return ToolChoice("named", choice.name, parallel)
+        return named_tool_choice(choice.name, tools, parallel, param="tool_choice.name")
     return ToolChoice({"any": "required"}.get(choice.type, choice.type), None, parallel)
 
 
@@ -196,15 +197,14 @@ def to_canonical(req: CountTokensRequest,
     messages = _system(req.system)
     for i, m in enumerate(req.messages):
         messages.extend(_turn(m, i, remembered))
-    tools = [FunctionTool(name=t.name, description=t.description,
-                          parameters=t.input_schema or {})
-             for t in req.tools or [] if t.type in (None, "custom")]
+    tools = [function_tool(t.name, t.description, t.input_schema, f"tools[{i}].input_schema")
+             for i, t in enumerate(req.tools or []) if t.type in (None, "custom")]
     params = sampling()
     if isinstance(req, MessagesRequest):
         params = sampling({"stop": "stop_sequences"}, temperature=req.temperature,
                           top_p=req.top_p, top_k=req.top_k, stop=req.stop_sequences)
     return CanonicalRequest(
-        messages=messages, tools=tools, sampling=params, tool_choice=_tool_choice(req),
+        messages=messages, tools=tools, sampling=params, tool_choice=_tool_choice(req, tools),
         stream=bool(getattr(req, "stream", False)), thinking=_thinking(req.thinking),
         # Claude Code's user_id carries its session id: a stable hint for the prefix cache.
         cache_key=req.metadata.user_id if req.metadata else None,

@@ -24,14 +24,32 @@ from zllm_core.dialects.events import (
 from zllm_core.engine.sampling_params import SamplingParams
 
 __all__ = [
-    "CanonicalRequest", "Finish", "FunctionTool", "Message", "OutputEvent", "ParsedOutput",
+    "CanonicalRequest", "Finish", "FunctionTool", "LogprobEntry", "Logprobs", "Message",
+    "OutputEvent", "ParsedOutput",
     "ReasoningDelta", "RequestError", "SamplingParams", "TextDelta", "ToolCall",
     "ToolCallArgsDelta", "ToolCallEnd", "ToolCallStart", "ToolChoice", "Usage",
-    "new_id", "sampling",
+    "named_tool_choice", "new_id", "sampling",
 ]
 
-# The dialect parser's events; its ParseError and Repair events pass through the encoders unsent.
-OutputEvent = Union[TextDelta, ReasoningDelta, ToolCallStart, ToolCallArgsDelta, ToolCallEnd]
+@dataclass(frozen=True)
+class LogprobEntry:
+    """One generated token: its bytes, its log-probability and the top alternatives'."""
+
+    token: bytes
+    logprob: float
+    top: tuple[tuple[bytes, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Logprobs:
+    """An output event: the entries of the tokens generated since the last one, in order. It
+    comes before the text those tokens release (a parser may hold text back for a tag)."""
+
+    entries: tuple[LogprobEntry, ...]
+
+
+# The dialect parser's events and the logprobs; ParseError and Repair pass through unsent.
+OutputEvent = Union[TextDelta, ReasoningDelta, ToolCallStart, ToolCallArgsDelta, ToolCallEnd, Logprobs]
 
 
 def new_id(prefix: str) -> str:
@@ -68,6 +86,14 @@ class ToolChoice:
     mode: Literal["none", "auto", "required", "named"] = "auto"
     name: str | None = None
     parallel: bool = True
+
+
+def named_tool_choice(name: str, tools: list[FunctionTool], parallel: bool,
+                      param: str = "tool_choice") -> ToolChoice:
+    """A choice that forces one tool: it must be one the request declares, in every protocol."""
+    if name not in {t.name for t in tools}:
+        raise RequestError(f"tool_choice names unknown function '{name}'", param=param)
+    return ToolChoice("named", name, parallel)
 
 
 @dataclass

@@ -11,11 +11,14 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from zllm_core.engine.sampling_params import MAX_LOGPROBS
 from zllm_core.protocols.canonical import (
     CanonicalRequest, Finish, FunctionTool, Message, OutputEvent, ParsedOutput, ReasoningDelta,
     RequestError, TextDelta, ToolCall, ToolCallArgsDelta, ToolCallStart,
-    ToolChoice, Usage, sampling,
+    Logprobs, LogprobEntry, ToolChoice, Usage, named_tool_choice, sampling,
 )
+from zllm_core.protocols.openai_logprobs import wire_logprobs
+from zllm_core.protocols.tool_schema import function_tool
 
 
 class _Tolerant(BaseModel):
@@ -96,6 +99,8 @@ class ChatRequest(_Tolerant):
     seed: int | None = None
     n: int | None = Field(default=None, ge=1, le=1)
     response_format: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     reasoning_effort: str | None = None
     prompt_cache_key: str | None = None
 
@@ -122,25 +127,29 @@ def _message(m: ChatMessage, i: int) -> Message:
                    tool_calls=calls, tool_call_id=m.tool_call_id, name=m.name)
 
 
-def _tool_choice(req: ChatRequest) -> ToolChoice:
+def _tool_choice(req: ChatRequest, tools: list[FunctionTool]) -> ToolChoice:
     parallel = req.parallel_tool_calls is not False
     choice = req.tool_choice
     if isinstance(choice, NamedToolChoice):
-        if choice.function.name not in {t.function.name for t in req.tools or []}:
-            raise RequestError(f"tool_choice names unknown function '{choice.function.name}'",
-                               param="tool_choice")
-        return ToolChoice("named", choice.function.name, parallel)
-    return ToolChoice(choice or ("auto" if req.tools else "none"), None, parallel)
+        return named_tool_choice(choice.function.name, tools, parallel)
+    return ToolChoice(choice or ("auto" if tools else "none"), None, parallel)
+
+
+def _logprobs(req: ChatRequest) -> int | None:
+    if req.top_logprobs is not None and not req.logprobs:
+        raise RequestError("top_logprobs requires logprobs to be true", param="top_logprobs")
+    return (req.top_logprobs or 0) if req.logprobs else None
 
 
 def to_canonical(req: ChatRequest) -> CanonicalRequest:
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-    params = sampling(temperature=req.temperature, top_p=req.top_p, seed=req.seed, stop=stop)
-    tools = [FunctionTool(name=t.function.name, description=t.function.description,
-                          parameters=t.function.parameters or {}) for t in req.tools or []]
+    params = sampling(temperature=req.temperature, top_p=req.top_p, seed=req.seed, stop=stop,
+                      logprobs=_logprobs(req))
+    tools = [function_tool(t.function.name, t.function.description, t.function.parameters,
+                           f"tools[{i}].function.parameters") for i, t in enumerate(req.tools or [])]
     return CanonicalRequest(
         messages=[_message(m, i) for i, m in enumerate(req.messages)], tools=tools,
-        sampling=params, tool_choice=_tool_choice(req), stream=bool(req.stream),
+        sampling=params, tool_choice=_tool_choice(req, tools), stream=bool(req.stream),
         cache_key=req.prompt_cache_key,
         thinking=None if req.reasoning_effort is None else req.reasoning_effort != "none",
         max_tokens_requested=req.max_completion_tokens or req.max_tokens)
@@ -158,30 +167,41 @@ def _wire_calls(calls: list[ToolCall]) -> list[dict[str, Any]]:
             for c in calls]
 
 
-def completion(id: str, model: str, out: ParsedOutput, finish: Finish) -> dict[str, Any]:
-    """The non-streaming chat.completion object."""
+def _logprobs_field(entries: list[LogprobEntry] | None) -> dict[str, Any] | None:
+    return None if entries is None else {"content": wire_logprobs(entries), "refusal": None}
+
+
+def completion(id: str, model: str, out: ParsedOutput, finish: Finish,
+               logprobs: list[LogprobEntry] | None = None) -> dict[str, Any]:
+    """The non-streaming chat.completion object; `logprobs` is None when the request did not ask."""
     message: dict[str, Any] = {"role": "assistant", "content": out.content or None}
     if out.reasoning:
         message["reasoning_content"] = out.reasoning
     if out.tool_calls:
         message["tool_calls"] = _wire_calls(out.tool_calls)
     return {"id": id, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
+            "choices": [{"index": 0, "message": message, "logprobs": _logprobs_field(logprobs),
                          "finish_reason": finish.reason}],
             "usage": _usage(finish.usage)}
 
 
 class ChatStream:
-    """Turns canonical output events into chat.completion.chunk objects."""
+    """Turns canonical output events into chat.completion.chunk objects.
+
+    A token's logprob rides on the first chunk at or after it (the content chunk its text
+    releases, else the finish chunk), so every token is reported once and in order.
+    """
 
     def __init__(self, id: str, model: str, include_usage: bool):
         self.id, self.model, self.include_usage = id, model, include_usage
         self.created = int(time.time())
+        self.pending: list[LogprobEntry] = []
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        logprobs, self.pending = self.pending or None, []
         chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                  "model": self.model, "system_fingerprint": None,
-                 "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                 "choices": [{"index": 0, "delta": delta, "logprobs": _logprobs_field(logprobs),
                               "finish_reason": finish_reason}]}
         if self.include_usage:
             chunk["usage"] = None
@@ -191,6 +211,9 @@ class ChatStream:
         return [self._chunk({"role": "assistant", "content": ""})]
 
     def event(self, ev: OutputEvent) -> list[dict[str, Any]]:
+        if isinstance(ev, Logprobs):
+            self.pending += ev.entries
+            return []
         if isinstance(ev, TextDelta):
             return [self._chunk({"content": ev.text})] if ev.text else []
         if isinstance(ev, ReasoningDelta):

@@ -12,9 +12,14 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
+from zllm_core.engine.sampling_params import MAX_LOGPROBS
 from zllm_core.protocols.canonical import (
-    CanonicalRequest, FunctionTool, Message, RequestError, ToolCall, ToolChoice, sampling,
+    CanonicalRequest, FunctionTool, Message, RequestError, ToolCall, ToolChoice,
+    named_tool_choice, sampling,
 )
+from zllm_core.protocols.tool_schema import function_tool
+
+OUTPUT_LOGPROBS = "message.output_text.logprobs"
 
 NAMESPACE_SEP = "__"
 
@@ -155,6 +160,7 @@ class ResponsesRequest(_Tolerant):
     top_p: float | None = Field(default=None, gt=0, le=1)
     prompt_cache_key: str | None = None
     include: list[str] | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     reasoning: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
 
@@ -162,13 +168,14 @@ class ResponsesRequest(_Tolerant):
 def function_tools(req: ResponsesRequest) -> list[FunctionTool]:
     """Executable functions, namespaces expanded; hosted tools skipped."""
     out = []
-    for tool in req.tools or []:
+    for i, tool in enumerate(req.tools or []):
         if isinstance(tool, FunctionToolParam):
-            out.append(FunctionTool(tool.name, tool.description, tool.parameters or {}))
+            out.append(function_tool(tool.name, tool.description, tool.parameters,
+                                     f"tools[{i}].parameters"))
         elif isinstance(tool, NamespaceTool):
-            out += [FunctionTool(NAMESPACE_SEP.join((tool.name, t.name)), t.description,
-                                 t.parameters or {})
-                    for t in tool.tools if isinstance(t, FunctionToolParam)]
+            out += [function_tool(NAMESPACE_SEP.join((tool.name, t.name)), t.description,
+                                  t.parameters, f"tools[{i}].tools[{j}].parameters")
+                    for j, t in enumerate(tool.tools) if isinstance(t, FunctionToolParam)]
     return out
 
 
@@ -255,10 +262,7 @@ def _tool_choice(req: ResponsesRequest, tools: list[FunctionTool]) -> ToolChoice
     if isinstance(choice, NamedToolChoice):
         if choice.type != "function" or not choice.name:
             return ToolChoice("auto" if tools else "none", None, parallel)
-        if choice.name not in {t.name for t in tools}:
-            raise RequestError(f"tool_choice names unknown function '{choice.name}'",
-                               param="tool_choice")
-        return ToolChoice("named", choice.name, parallel)
+        return named_tool_choice(choice.name, tools, parallel)
     return ToolChoice(choice or ("auto" if tools else "none"), None, parallel)
 
 
@@ -268,7 +272,9 @@ def to_canonical(req: ResponsesRequest, history: list[Message],
     `chain_key` names the whole previous_response_id chain for the prefix cache."""
     system = [Message(role="system", content=req.instructions)] if req.instructions else []
     tools = function_tools(req)
-    params = sampling(temperature=req.temperature, top_p=req.top_p)
+    wants = OUTPUT_LOGPROBS in (req.include or []) or req.top_logprobs is not None
+    params = sampling(temperature=req.temperature, top_p=req.top_p,
+                      logprobs=(req.top_logprobs or 0) if wants else None)
     effort = (req.reasoning or {}).get("effort")
     return CanonicalRequest(
         messages=system + history + input_messages(req), tools=tools, sampling=params,

@@ -12,9 +12,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from zllm_core.protocols.canonical import (
-    Finish, OutputEvent, ReasoningDelta, RequestError, TextDelta, ToolCallArgsDelta, ToolCallEnd,
-    ToolCallStart, Usage, new_id,
+    Finish, LogprobEntry, Logprobs, OutputEvent, ReasoningDelta, RequestError, SamplingParams,
+    TextDelta, ToolCallArgsDelta, ToolCallEnd, ToolCallStart, Usage, new_id,
 )
+from zllm_core.protocols.openai_logprobs import wire_logprobs
 from zllm_core.protocols.openai_responses import ResponsesRequest, sealed_reasoning, split_name
 
 
@@ -30,15 +31,20 @@ class ResponsesStream:
     """Turns canonical output events into Responses events and the final response object.
 
     The same item dicts are streamed and placed in `response.output`, so ids always agree.
+    A token's logprob rides on the first text delta at or after it; the message's text part
+    holds all of them (the tokens of tags and calls included, when the request asked).
     """
 
-    def __init__(self, req: ResponsesRequest, id: str, model: str):
-        self.req, self.id, self.model = req, id, model
+    def __init__(self, req: ResponsesRequest, id: str, model: str, params: SamplingParams):
+        """`params` are the sampling values the request runs with, which the response echoes."""
+        self.req, self.id, self.model, self.params = req, id, model, params
         self.created_at = int(time.time())
         self.sequence = 0
         self.output: list[dict[str, Any]] = []
         self.open: str | None = None  # kind of the open item: message | reasoning | function_call
         self.status, self.usage, self.incomplete = "in_progress", None, None
+        self.pending: list[LogprobEntry] = []  # not yet sent with a delta
+        self.logprobs: list[LogprobEntry] = []  # the open message's, for its text part
 
     def response(self) -> dict[str, Any]:
         r = self.req
@@ -49,7 +55,8 @@ class ResponsesStream:
                 "instructions": r.instructions, "max_output_tokens": r.max_output_tokens,
                 "previous_response_id": r.previous_response_id,
                 "parallel_tool_calls": r.parallel_tool_calls is not False,
-                "temperature": r.temperature, "top_p": r.top_p,
+                "temperature": self.params.temperature, "top_p": self.params.top_p,
+                "top_logprobs": r.top_logprobs,
                 "tool_choice": "auto" if r.tool_choice is None else _dump(r.tool_choice),
                 "tools": [_dump(t) for t in r.tools or []], "store": r.store is not False,
                 "metadata": r.metadata or {}, "text": {"format": {"type": "text"}},
@@ -83,16 +90,19 @@ class ResponsesStream:
                                    content_index=0, part=part))
         return events
 
-    def _close(self) -> list[dict[str, Any]]:
+    def _close(self, status: str = "completed") -> list[dict[str, Any]]:
+        """`status` is the item's: `incomplete` when the output budget cut it off."""
         if self.open is None:
             return []
         item, where, events = self._item, self._where(), []
         if self.open == "message":
+            self.logprobs += self.pending
+            logprobs, self.logprobs, self.pending = wire_logprobs(self.logprobs), [], []
             part = {"type": "output_text", "text": item.pop("_text"), "annotations": [],
-                    "logprobs": []}
+                    "logprobs": logprobs}
             item["content"] = [part]
             events += [self._ev("response.output_text.done", **where, content_index=0,
-                                text=part["text"], logprobs=[]),
+                                text=part["text"], logprobs=logprobs),
                        self._ev("response.content_part.done", **where, content_index=0, part=part)]
         elif self.open == "reasoning":
             part = {"type": "reasoning_text", "text": item.pop("_text")}
@@ -105,13 +115,16 @@ class ResponsesStream:
         else:
             events.append(self._ev("response.function_call_arguments.done", **where,
                                    name=item["name"], arguments=item["arguments"]))
-        item["status"] = "completed"
+        item["status"] = status
         self.open = None
         events.append(self._ev("response.output_item.done", output_index=where["output_index"],
                                item=item))
         return events
 
     def event(self, ev: OutputEvent) -> list[dict[str, Any]]:
+        if isinstance(ev, Logprobs):
+            self.pending += ev.entries
+            return []
         if isinstance(ev, (TextDelta, ReasoningDelta)) and not ev.text:
             return []
         if isinstance(ev, TextDelta):
@@ -119,8 +132,11 @@ class ResponsesStream:
                 "id": new_id("msg_"), "type": "message", "role": "assistant",
                 "status": "in_progress", "content": [], "_text": ""})
             self._item["_text"] += ev.text
+            sent, self.pending = self.pending, []
+            self.logprobs += sent
             return _public(events) + [self._ev("response.output_text.delta", **self._where(),
-                                               content_index=0, delta=ev.text, logprobs=[])]
+                                               content_index=0, delta=ev.text,
+                                               logprobs=wire_logprobs(sent))]
         if isinstance(ev, ReasoningDelta):
             events = [] if self.open == "reasoning" else self._add("reasoning", {
                 "id": new_id("rs_"), "type": "reasoning", "summary": [], "content": [],
@@ -144,9 +160,10 @@ class ResponsesStream:
         return []
 
     def finish(self, fin: Finish) -> list[dict[str, Any]]:
-        events = self._close()
+        truncated = fin.reason == "length"
+        events = self._close("incomplete" if truncated else "completed")
         self.usage = _usage(fin.usage)
-        if fin.reason == "length":
+        if truncated:
             self.status, self.incomplete = "incomplete", {"reason": "max_output_tokens"}
         else:
             self.status = "completed"

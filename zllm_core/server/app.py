@@ -9,19 +9,23 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 
 from zllm_core.server import chat_completions, errors, messages, responses, responses_socket
+from zllm_core.server.access_log import AccessLog
 from zllm_core.server.gate import Gate
 from zllm_core.server.generation import Generation, Limits
+from zllm_core.server.metrics import CONTENT_TYPE, ServerMetrics
 from zllm_core.server.prompt import PromptBuilder
 from zllm_core.server.response_store import ResponseStore
 from zllm_core.server.runtime import Runtime, ServerConfig, runtime
 
 
 def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> FastAPI:
+    """`engine` is an AsyncEngine or anything with its `generate`, `metrics` and `max_model_len`."""
     max_len = min(config.max_model_len or engine.max_model_len, engine.max_model_len)
-    generation = Generation(engine, prompts, Limits(max_len, config.max_output_tokens))
+    metrics = ServerMetrics(engine.metrics, prompts.metrics)
+    generation = Generation(engine, prompts, Limits(max_len, config.max_output_tokens), metrics)
     app = FastAPI(title="zllm", version="0.1.0")
     app.state.runtime = Runtime(config, generation, ResponseStore(config.store_path))
     errors.install(app)
@@ -33,9 +37,14 @@ def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> Fas
         return {"status": "ok", "requests_running": generation.running}
 
     @app.get("/metrics")
-    async def metrics() -> dict[str, Any]:
+    async def prometheus() -> Response:
+        """Prometheus text: the counters below, and TTFT / inter-token / duration histograms."""
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
+    @app.get("/metrics.json")
+    async def counters() -> dict[str, Any]:
         """The engine's scheduler, KV pool and prefix-cache counters, and the incremental
-        tokenizer's."""
+        tokenizer's, as one JSON object."""
         return {**engine.metrics(), "tokenizer": prompts.metrics()}
 
     @app.get("/v1/models")
@@ -49,4 +58,7 @@ def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> Fas
         return {"object": "list", "data": [model], "has_more": False,
                 "first_id": config.model_name, "last_id": config.model_name}
 
-    return Gate(app, config.api_keys, config.max_body_bytes)
+    # Added last runs first: the access log sees every request, the gate's refusals included.
+    app.add_middleware(Gate, api_keys=config.api_keys, max_body_bytes=config.max_body_bytes)
+    app.add_middleware(AccessLog, metrics=metrics)
+    return app

@@ -22,8 +22,8 @@ async def chat_completions(body: openai_chat.ChatRequest, request: Request) -> A
     id = new_id("chatcmpl-")
     events = rt.generation.stream(admitted, id)
     if not admitted.request.stream:
-        out, finish = await collect(events)
-        return openai_chat.completion(id, body.model, out, finish)
+        out, finish, logprobs = await collect(events)
+        return openai_chat.completion(id, body.model, out, finish, logprobs if body.logprobs else None)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     encoder = openai_chat.ChatStream(id, body.model, include_usage)
     return sse_response(await primed(_frames(encoder, events)))

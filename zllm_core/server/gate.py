@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException
 
 from zllm_core.server.errors import error_body
 
-OPEN_PATHS = ("/health", "/metrics")  # counts only: no tenant's data
+OPEN_PATHS = ("/health", "/metrics", "/metrics.json")  # counts only: no tenant's data
 
 
 def tenant_for(key: str) -> str:
@@ -38,6 +38,14 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body exceeds the limit of {limit} bytes")
 
 
+def _read_body_as_json(scope: dict) -> None:
+    """Every body this API takes is JSON, whatever its content-type says: curl's `-d` sends
+    `application/x-www-form-urlencoded`, some clients `text/plain`. The reference servers
+    read those bodies as JSON, so the parser is told the same."""
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-type"]
+    scope["headers"] = headers + [(b"content-type", b"application/json")]
+
+
 class Gate:
     def __init__(self, app: Any, api_keys: dict[str, str], max_body_bytes: int):
         self.app, self.api_keys, self.max_body_bytes = app, api_keys, max_body_bytes
@@ -51,6 +59,7 @@ class Gate:
             return await self._reject(scope, send, 401, "missing or invalid API key")
         scope.setdefault("state", {})["tenant"] = tenant or ""
         if scope["type"] == "http":
+            _read_body_as_json(scope)
             if int(headers.get("content-length") or 0) > self.max_body_bytes:
                 return await self._reject(scope, send, 413, BodyTooLarge(self.max_body_bytes).detail)
             receive = self._limited(receive)

@@ -9,14 +9,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Union
 
 from zllm_core.cache.scope import CacheHint
 from zllm_core.engine.async_engine import EngineError
 from zllm_core.protocols.canonical import (
-    CanonicalRequest, Finish, OutputEvent, ParsedOutput, RequestError, ToolCallStart, Usage,
+    CanonicalRequest, Finish, LogprobEntry, Logprobs, OutputEvent, ParsedOutput, RequestError,
+    ToolCallStart, Usage,
 )
+from zllm_core.server import access_log
+from zllm_core.server.metrics import ServerMetrics
 from zllm_core.server.prompt import Prompt, PromptBuilder
 from zllm_core.server.tool_call_memory import ToolCallMemory
 
@@ -36,11 +40,12 @@ class Admitted:
     request: CanonicalRequest
     prompt: Prompt
     tenant: str  # scopes the tokenizer session and the prefix cache to the caller's API key
+    arrived: float = field(default_factory=time.perf_counter)  # before the prompt was built
 
 
 class Generation:
-    def __init__(self, engine: Any, prompts: PromptBuilder, limits: Limits):
-        self.engine, self.prompts, self.limits = engine, prompts, limits
+    def __init__(self, engine: Any, prompts: PromptBuilder, limits: Limits, metrics: ServerMetrics):
+        self.engine, self.prompts, self.limits, self.metrics = engine, prompts, limits, metrics
         self.running = 0  # engine streams open now (/health reports it)
         self.calls = ToolCallMemory()
 
@@ -50,6 +55,7 @@ class Generation:
         return await asyncio.to_thread(self.prompts.build, req, tenant)
 
     async def admit(self, req: CanonicalRequest, tenant: str = "") -> Admitted:
+        arrived = time.perf_counter()
         prompt = await self.prompt(req, tenant)
         ids = prompt.token_ids
         room = self.limits.max_model_len - len(ids)
@@ -60,7 +66,8 @@ class Generation:
                 param="messages", code="context_length_exceeded")
         cap = min(self.limits.max_output_tokens, room)
         max_tokens = min(req.max_tokens_requested or cap, cap)
-        return Admitted(replace(req, sampling=replace(req.sampling, max_tokens=max_tokens)), prompt, tenant)
+        return Admitted(replace(req, sampling=replace(req.sampling, max_tokens=max_tokens)), prompt,
+                        tenant, arrived)
 
     async def stream(self, admitted: Admitted, request_id: str) -> AsyncIterator[Union[OutputEvent, Finish]]:
         """Tool-call ids hash the request id, so the same function called in two requests gets
@@ -73,9 +80,13 @@ class Generation:
         engine_stream = self.engine.generate(admitted.prompt.token_ids, admitted.request.sampling,
                                              request_id=request_id, cache=hint)
         self.running += 1
+        clock = _Clock(admitted.arrived, self.metrics)
         try:
             async with contextlib.aclosing(engine_stream):
                 async for last in engine_stream:
+                    clock.tick()
+                    if last.logprobs:
+                        yield self._logprobs(last.logprobs)
                     for ev in parser.feed(last.text):
                         called |= isinstance(ev, ToolCallStart)
                         recorder.see(ev)
@@ -92,16 +103,49 @@ class Generation:
             yield ev
         reason = "tool_calls" if called and last.finish_reason == "stop" else last.finish_reason
         usage = Usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens)
+        clock.done(usage)
         yield Finish(reason, usage, last.stop_string)
 
+    def _logprobs(self, tokens: list[Any]) -> Logprobs:
+        """Engine logprobs (token ids) as the protocols report them (token bytes)."""
+        text = self.prompts.token_bytes
+        return Logprobs(tuple(LogprobEntry(text(t.token_id), t.logprob,
+                                           tuple((text(i), lp) for i, lp in t.top)) for t in tokens))
 
-async def collect(events: AsyncIterator[Union[OutputEvent, Finish]]) -> tuple[ParsedOutput, Finish]:
-    """A whole generation folded for a non-streaming response."""
-    seen = []
+
+class _Clock:
+    """Time to first token and between engine events, into the histograms and the access line."""
+
+    def __init__(self, arrived: float, metrics: ServerMetrics):
+        self.last, self.metrics, self.ttft = arrived, metrics, None
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if self.ttft is None:
+            self.ttft = now - self.last
+            self.metrics.ttft.observe(self.ttft)
+        else:
+            self.metrics.itl.observe(now - self.last)
+        self.last = now
+
+    def done(self, usage: Usage) -> None:
+        access = access_log.current.get()
+        if access is not None:
+            access.prompt_tokens, access.completion_tokens = usage.prompt_tokens, usage.completion_tokens
+            access.cached_tokens, access.ttft = usage.cached_tokens, self.ttft
+
+
+async def collect(events: AsyncIterator[Union[OutputEvent, Finish]]
+                  ) -> tuple[ParsedOutput, Finish, list[LogprobEntry]]:
+    """A whole generation folded for a non-streaming response, with its tokens' logprobs."""
+    seen, logprobs = [], []
     async for ev in events:
         if isinstance(ev, Finish):
-            return ParsedOutput.fold(seen), ev
-        seen.append(ev)
+            return ParsedOutput.fold(seen), ev, logprobs
+        if isinstance(ev, Logprobs):
+            logprobs += ev.entries
+        else:
+            seen.append(ev)
     raise RuntimeError("generation ended without a Finish event")
 
 

@@ -22,7 +22,7 @@ async def create_message(body: am.MessagesRequest, request: Request) -> Any:
     id = new_id("msg_")
     events = rt.generation.stream(admitted, id)
     if not admitted.request.stream:
-        out, finish = await collect(events)
+        out, finish, _ = await collect(events)  # Messages has no logprobs
         return am.message(id, body.model, out, finish)
     encoder = am.MessagesStream(id, body.model, len(admitted.prompt.token_ids))
     return sse_response(await primed(_frames(encoder, events)))

@@ -41,6 +41,9 @@ class PromptBuilder:
     def metrics(self) -> dict[str, float]:
         return self.tokens.metrics()
 
+    def token_bytes(self, token_id: int) -> bytes:
+        return self.tokens.tokenizer.token_bytes(token_id)
+
     def render(self, req: CanonicalRequest) -> str:
         extra = {} if req.thinking is None else {"enable_thinking": req.thinking}
         try:

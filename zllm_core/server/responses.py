@@ -34,7 +34,7 @@ class ResponseTurn:
         chain_key = previous.cache_key if previous and previous.cache_key else id
         history = previous.messages if previous else []
         self.canonical = orr.to_canonical(req, history, chain_key)
-        self.encoder = ResponsesStream(req, id, req.model)
+        self.encoder = ResponsesStream(req, id, req.model, self.canonical.sampling)
 
     def _previous(self) -> StoredResponse | None:
         pid = self.req.previous_response_id
