@@ -41,7 +41,8 @@ __global__ void __launch_bounds__(kThreads) apply_token_bitmask_kernel(TokenBitm
     const int t = first + i * kThreads;
     if (t >= a.head_vocab) break;
     // Tokens past the tokenizer's vocabulary (a padded head) are never allowed.
-    const bool allowed = t < a.vocab_size && (static_cast<uint32_t>(__ldg(words + (t >> 5))) >> (t & 31) & 1u);
+    const bool allowed =
+        t < a.vocab_size && (static_cast<uint32_t>(__ldg(words + (t >> 5))) >> (t & 31) & 1u);
     if (!allowed) logits[t] = neg_inf;
   }
 }
