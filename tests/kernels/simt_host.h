@@ -103,19 +103,23 @@ inline float __shfl_xor_sync(unsigned, float v, int off) {
   return simt::block->exchange[buf][(t & ~31) | ((t & 31) ^ off)];
 }
 
-// Runs `kernel` for every block of `grid` with `threads` threads each.
+// Runs `kernel` for every block of `grid` with `threads` threads each.  Blocks run one at a
+// time, so they share one set of fiber stacks (fresh stacks per block cost page faults that
+// dominate grids of many small blocks).
 template <class F>
 void run_grid(dim3 grid, int threads, F kernel) {
+  simt::Block b;
+  b.kernel = kernel;
+  b.fibers.resize(threads);
+  for (auto& f : b.fibers) f.stack.resize(1 << 16);
+  simt::block = &b;
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
-        simt::Block b;
-        b.kernel = kernel;
-        b.fibers.resize(threads);
-        simt::block = &b;
         blockIdx = {x, y, z};
         for (auto& f : b.fibers) {
-          f.stack.resize(1 << 16);
+          f.wait = simt::Wait::kNone;
+          f.shuffles = 0;
           getcontext(&f.ctx);
           f.ctx.uc_stack.ss_sp = f.stack.data();
           f.ctx.uc_stack.ss_size = f.stack.size();
@@ -133,6 +137,6 @@ void run_grid(dim3 grid, int threads, F kernel) {
           }
           simt::check_round(threads);
         }
-        simt::block = nullptr;
       }
+  simt::block = nullptr;
 }

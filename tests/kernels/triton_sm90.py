@@ -71,12 +71,21 @@ def prefill(head_dim, block_size, dtype):
                                          m.seq_lens, m.query_start_loc, m.max_query_len, case.scale)
 
 
+def token_bitmask(dtype, fenced_rows):
+    logits = torch.zeros(4, 151936, dtype=dtype)
+    bitmask = torch.zeros(len(fenced_rows) if fenced_rows else 4, 4748, dtype=torch.int32)
+    rows = torch.tensor(fenced_rows) if fenced_rows else None
+    return lambda: kernels.apply_token_bitmask(logits, bitmask, rows, 151669)
+
+
 # The production shape (bf16, head_dim 128) on the split path, and the fp32 ("ieee") path.
 LAUNCHERS = {
     "decode bf16 d128 split": decode(128, 16, torch.bfloat16, splits=2),
     "decode fp32 d64 one pass": decode(64, 32, torch.float32, splits=1),
     "prefill bf16 d128": prefill(128, 16, torch.bfloat16),
     "prefill fp32 d64": prefill(64, 32, torch.float32),
+    "token bitmask fp32 rows": token_bitmask(torch.float32, [3, 0]),
+    "token bitmask bf16 every row": token_bitmask(torch.bfloat16, None),
 }
 
 if __name__ == "__main__":
