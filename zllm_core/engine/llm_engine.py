@@ -19,7 +19,7 @@ from zllm_core.cache.token_ids import TokenIds
 from zllm_core.engine.detokenizer import StreamDetokenizer
 from zllm_core.engine.device import resolve_device
 from zllm_core.engine.model_runner import ModelRunner
-from zllm_core.engine.sampler import TokenLogprob, apply_hooks, sample, token_logprobs
+from zllm_core.engine.sampler import TokenLogprob, apply_fences, apply_hooks, sample, token_logprobs
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.engine.scheduler import Scheduler, SchedulerConfig
 from zllm_core.engine.sequence import Sequence, Status
@@ -190,6 +190,7 @@ class LLMEngine:
         sampled = [c.seq for c in batch.chunks if c.samples]
         logits[:, self.sampleable:] = float("-inf")
         failed = apply_hooks(logits, sampled)
+        apply_fences(logits, sampled, self.sampleable)
         tokens = sample(logits, sampled)
         logprobs = token_logprobs(logits, sampled, tokens)
         return [self._fail(seq, failed[i]) if i in failed else self._append(seq, tok, logprobs[i])
@@ -201,6 +202,8 @@ class LLMEngine:
 
     def _append(self, seq: Sequence, token: int, logprob: Optional[TokenLogprob]) -> RequestOutput:
         seq.append(token)
+        if seq.params.fence is not None:
+            seq.params.fence.advance(token)
         reason = self._stop_reason(seq, token)
         detok = self._detok.get(seq.request_id)
         text = ""

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from zllm_core.engine.sequence import Sequence
+from zllm_core.fence.bitmask import apply_token_bitmask_
 
 
 def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -41,6 +43,17 @@ def apply_hooks(logits: torch.Tensor, seqs: list[Sequence]) -> dict[int, Excepti
             except Exception as exc:  # noqa: BLE001 - a request's hook must not end the batch
                 failed[i] = exc
     return failed
+
+
+def apply_fences(logits: torch.Tensor, seqs: list[Sequence], vocab_size: int) -> None:
+    """Mask each fenced row to its fence's allowed tokens: one bitmask kernel for the batch;
+    rows without a fence are not touched."""
+    rows = [i for i, s in enumerate(seqs) if s.params.fence is not None]
+    if not rows:
+        return
+    bitmask = torch.from_numpy(np.stack([seqs[i].params.fence.bitmask() for i in rows]))
+    apply_token_bitmask_(logits, bitmask.to(logits.device, non_blocking=True),
+                         torch.tensor(rows, dtype=torch.int32, device=logits.device), vocab_size)
 
 
 def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 import numpy as np
 import torch
@@ -11,6 +11,15 @@ import torch
 # (a read-only int32 array) and edits that request's logits row in place (token fences mask here).
 LogitsHook = Callable[[np.ndarray, torch.Tensor], None]
 MAX_LOGPROBS = 20  # top alternatives per token, as OpenAI's APIs allow
+
+
+class Fence(Protocol):
+    """A request's token fence (zllm_core/fence): the engine asks it which tokens may come
+    next, as a packed int32 bitmask row, and tells it which one did. It knows no tool names."""
+
+    def bitmask(self) -> np.ndarray: ...
+
+    def advance(self, token: int) -> None: ...
 
 
 @dataclass
@@ -24,6 +33,7 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logits_hook: Optional[LogitsHook] = None
+    fence: Optional[Fence] = None  # applied after the hook, so a hook cannot widen it
     # Report each sampled token's log-probability and this many top alternatives (None: none).
     logprobs: Optional[int] = None
 

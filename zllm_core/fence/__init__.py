@@ -1,1 +1,1 @@
-"""zllm_core.fence"""
+"""Token fences: per-request masks over the vocabulary between the output head and sampling."""

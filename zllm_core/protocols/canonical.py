@@ -26,7 +26,7 @@ from zllm_core.engine.sampling_params import SamplingParams
 __all__ = [
     "CanonicalRequest", "Finish", "FunctionTool", "LogprobEntry", "Logprobs", "Message",
     "OutputEvent", "ParsedOutput",
-    "ReasoningDelta", "RequestError", "SamplingParams", "TextDelta", "ToolCall",
+    "ReasoningDelta", "RequestError", "ResponseFormat", "SamplingParams", "TextDelta", "ToolCall",
     "ToolCallArgsDelta", "ToolCallEnd", "ToolCallStart", "ToolChoice", "Usage",
     "named_tool_choice", "new_id", "sampling",
 ]
@@ -96,6 +96,14 @@ def named_tool_choice(name: str, tools: list[FunctionTool], parallel: bool,
     return ToolChoice("named", name, parallel)
 
 
+@dataclass(frozen=True)
+class ResponseFormat:
+    """Structured output: `json_object` (any JSON object) or `json_schema` (a value under `schema`)."""
+
+    kind: Literal["json_object", "json_schema"]
+    schema: dict[str, Any] | None = None
+
+
 @dataclass
 class CanonicalRequest:
     messages: list[Message]
@@ -108,6 +116,7 @@ class CanonicalRequest:
     # Whether the template should open a reasoning section (None: the template's default).
     thinking: bool | None = None
     max_tokens_requested: int | None = None
+    response_format: ResponseFormat | None = None  # None: free text
 
 
 @dataclass(frozen=True)

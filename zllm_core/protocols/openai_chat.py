@@ -18,7 +18,7 @@ from zllm_core.protocols.canonical import (
     Logprobs, LogprobEntry, ToolChoice, Usage, named_tool_choice, sampling,
 )
 from zllm_core.protocols.openai_logprobs import wire_logprobs
-from zllm_core.protocols.tool_schema import function_tool
+from zllm_core.protocols.tool_schema import function_tool, response_format
 
 
 class _Tolerant(BaseModel):
@@ -152,7 +152,8 @@ def to_canonical(req: ChatRequest) -> CanonicalRequest:
         sampling=params, tool_choice=_tool_choice(req, tools), stream=bool(req.stream),
         cache_key=req.prompt_cache_key,
         thinking=None if req.reasoning_effort is None else req.reasoning_effort != "none",
-        max_tokens_requested=req.max_completion_tokens or req.max_tokens)
+        max_tokens_requested=req.max_completion_tokens or req.max_tokens,
+        response_format=response_format(req.response_format, "response_format", "json_schema.schema"))
 
 
 def _usage(u: Usage) -> dict[str, Any]:

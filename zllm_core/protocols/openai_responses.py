@@ -17,7 +17,7 @@ from zllm_core.protocols.canonical import (
     CanonicalRequest, FunctionTool, Message, RequestError, ToolCall, ToolChoice,
     named_tool_choice, sampling,
 )
-from zllm_core.protocols.tool_schema import function_tool
+from zllm_core.protocols.tool_schema import function_tool, response_format
 
 OUTPUT_LOGPROBS = "message.output_text.logprobs"
 
@@ -160,6 +160,7 @@ class ResponsesRequest(_Tolerant):
     top_p: float | None = Field(default=None, gt=0, le=1)
     prompt_cache_key: str | None = None
     include: list[str] | None = None
+    text: dict[str, Any] | None = None  # {"format": {"type": "text" | "json_object" | "json_schema", ...}}
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     reasoning: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
@@ -281,4 +282,5 @@ def to_canonical(req: ResponsesRequest, history: list[Message],
         tool_choice=_tool_choice(req, tools), stream=bool(req.stream),
         cache_key=req.prompt_cache_key or chain_key,
         thinking=None if effort is None else effort != "none",
-        max_tokens_requested=req.max_output_tokens)
+        max_tokens_requested=req.max_output_tokens,
+        response_format=response_format((req.text or {}).get("format"), "text.format", "schema"))

@@ -59,7 +59,7 @@ class ResponsesStream:
                 "top_logprobs": r.top_logprobs,
                 "tool_choice": "auto" if r.tool_choice is None else _dump(r.tool_choice),
                 "tools": [_dump(t) for t in r.tools or []], "store": r.store is not False,
-                "metadata": r.metadata or {}, "text": {"format": {"type": "text"}},
+                "metadata": r.metadata or {}, "text": {"format": (r.text or {}).get("format") or {"type": "text"}},
                 "reasoning": r.reasoning, "truncation": "disabled", "usage": self.usage}
 
     def _ev(self, type: str, **fields: Any) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Function tools as every protocol declares them: a name and a JSON Schema that must be valid.
+"""Schemas requests carry (function tools, JSON response formats), checked once and alike in
+every protocol.
 
 A schema is checked against its JSON Schema meta-schema (the draft its `$schema` names, else
 2020-12) before the request reaches the template: a typo such as `"type": "objekt"` is the
@@ -13,17 +14,42 @@ from typing import Any
 
 from jsonschema import exceptions, validators
 
-from zllm_core.protocols.canonical import FunctionTool, RequestError
+from zllm_core.protocols.canonical import FunctionTool, RequestError, ResponseFormat
 
 
 def function_tool(name: str, description: str | None, schema: dict[str, Any] | None,
                   param: str) -> FunctionTool:
     """`param` is where the schema sits in the protocol's body (`tools[2].input_schema`)."""
     schema = schema or {}
+    _check(schema, param, f"tool '{name}'")
+    return FunctionTool(name=name, description=description, parameters=schema)
+
+
+def response_format(spec: dict[str, Any] | None, param: str, schema_at: str) -> ResponseFormat | None:
+    """Chat's `response_format` / Responses' `text.format`: None for text. `schema_at` is the
+    key path of the schema inside `spec` ("json_schema.schema" in Chat, "schema" in Responses)."""
+    kind = (spec or {}).get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return ResponseFormat("json_object")
+    if kind != "json_schema":
+        raise RequestError(f"{param}.type: unknown format '{kind}' (text, json_object or json_schema)",
+                           param=f"{param}.type")
+    schema: Any = spec
+    for key in schema_at.split("."):
+        schema = schema.get(key) if isinstance(schema, dict) else None
+    where = f"{param}.{schema_at}"
+    if not isinstance(schema, dict):
+        raise RequestError(f"{where} is required for type 'json_schema' (a JSON Schema object)", param=where)
+    _check(schema, where, "the response format")
+    return ResponseFormat("json_schema", schema)
+
+
+def _check(schema: dict[str, Any], param: str, subject: str) -> None:
     problem = _schema_problem(json.dumps(schema, sort_keys=True))
     if problem:
-        raise RequestError(f"{param}: invalid JSON Schema for tool '{name}': {problem}", param=param)
-    return FunctionTool(name=name, description=description, parameters=schema)
+        raise RequestError(f"{param}: invalid JSON Schema for {subject}: {problem}", param=param)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -19,6 +19,10 @@ from zllm_core.protocols.canonical import (
     CanonicalRequest, Finish, LogprobEntry, Logprobs, OutputEvent, ParsedOutput, RequestError,
     ToolCallStart, Usage,
 )
+from zllm_core.fence.factory import FenceFactory
+from zllm_core.fence.grammar import FenceError
+from zllm_core.fence.json_schema import UnsupportedSchema
+from zllm_core.fence.token_fence import TokenFence
 from zllm_core.server import access_log
 from zllm_core.server.metrics import ServerMetrics
 from zllm_core.server.prompt import Prompt, PromptBuilder
@@ -48,6 +52,8 @@ class Generation:
         self.engine, self.prompts, self.limits, self.metrics = engine, prompts, limits, metrics
         self.running = 0  # engine streams open now (/health reports it)
         self.calls = ToolCallMemory()
+        self.fences = FenceFactory(prompts.dialect, lambda tags: prompts.fence_vocab(
+            engine.model_config.eos_token_ids, tags))
 
     async def prompt(self, req: CanonicalRequest, tenant: str = "") -> Prompt:
         """The request's prompt, rendered and tokenized off the event loop: a 1M-character
@@ -66,8 +72,19 @@ class Generation:
                 param="messages", code="context_length_exceeded")
         cap = min(self.limits.max_output_tokens, room)
         max_tokens = min(req.max_tokens_requested or cap, cap)
-        return Admitted(replace(req, sampling=replace(req.sampling, max_tokens=max_tokens)), prompt,
-                        tenant, arrived)
+        fence = await asyncio.to_thread(self._fence, req, prompt, max_tokens)
+        return Admitted(replace(req, sampling=replace(req.sampling, max_tokens=max_tokens, fence=fence)),
+                        prompt, tenant, arrived)
+
+    def _fence(self, req: CanonicalRequest, prompt: Prompt, max_tokens: int) -> TokenFence | None:
+        """The request's token fence (tool calls, JSON output), compiled before anything reaches
+        the engine, so a schema the fence cannot enforce is the client's 400."""
+        try:
+            return self.fences.for_request(req.tools, req.tool_choice, req.response_format,
+                                           prompt.in_reasoning, max_tokens)
+        except (FenceError, UnsupportedSchema) as exc:
+            param = "response_format" if req.response_format is not None else "tools"
+            raise RequestError(f"{param}: {exc}", param=param) from None
 
     async def stream(self, admitted: Admitted, request_id: str) -> AsyncIterator[Union[OutputEvent, Finish]]:
         """Tool-call ids hash the request id, so the same function called in two requests gets

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import jinja2
 import numpy as np
 
 from zllm_core.dialects import ChatTemplate, DsmlPrompt, StreamParser, prompt_for
+from zllm_core.fence.grammar import FenceVocab
 from zllm_core.protocols.canonical import CanonicalRequest, RequestError
 from zllm_core.tokenizer.incremental import IncrementalTokenizer
 
@@ -43,6 +44,16 @@ class PromptBuilder:
 
     def token_bytes(self, token_id: int) -> bytes:
         return self.tokens.tokenizer.token_bytes(token_id)
+
+    @property
+    def dialect(self) -> str:
+        return self.template.dialect.name
+
+    def fence_vocab(self, end_ids: Sequence[int], tags: Sequence[str]) -> FenceVocab:
+        """What this tokenizer's fences walk over; `end_ids` end a turn (the model's EOS)."""
+        tok = self.tokens.tokenizer
+        return FenceVocab.build([tok.token_bytes(i) for i in range(tok.vocab_size)], tok.special_tokens,
+                                end_ids, tags)
 
     def render(self, req: CanonicalRequest) -> str:
         extra = {} if req.thinking is None else {"enable_thinking": req.thinking}

@@ -1,0 +1,343 @@
+"""Byte-level regular languages: a small expression tree compiled to a trimmed DFA.
+
+Fences describe what may be generated (a tool call's tags, a JSON value under a schema) as an
+expression over bytes; `compile_dfa` turns it into a DFA over byte classes (bytes that every
+part of the expression treats alike share a class, so tables stay narrow). Every state of the
+result can still reach acceptance, so "not dead" means "can still end validly"; `distance`
+is the fewest bytes from each state to acceptance, which budget-aware closure uses.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterable, Union
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Lit:
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Bytes:
+    """One byte from a set."""
+
+    allowed: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Seq:
+    parts: tuple["Expr", ...]
+
+
+@dataclass(frozen=True)
+class Alt:
+    options: tuple["Expr", ...]
+
+
+@dataclass(frozen=True)
+class Repeat:
+    body: "Expr"
+    lo: int = 0
+    hi: int | None = None  # None: unbounded
+
+
+@dataclass(frozen=True)
+class Text:
+    """Any bytes that do not contain one of `stops`; it may end anywhere. Followed by a stop,
+    it is "free text until the first stop" (stops must not overlap themselves)."""
+
+    stops: tuple[bytes, ...]
+
+
+Expr = Union[Lit, Bytes, Seq, Alt, Repeat, Text]
+EMPTY = Lit(b"")
+
+
+def seq(*parts: Expr) -> Expr:
+    flat = [p for p in parts if p != EMPTY]
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat)) if flat else EMPTY
+
+
+def alt(*options: Expr) -> Expr:
+    unique = tuple(dict.fromkeys(options))
+    return unique[0] if len(unique) == 1 else Alt(unique)
+
+
+def byte_range(lo: int, hi: int) -> Bytes:
+    return Bytes(frozenset(range(lo, hi + 1)))
+
+
+def one_of(chars: Iterable[int]) -> Bytes:
+    return Bytes(frozenset(chars))
+
+
+def opt(e: Expr) -> Expr:
+    return Repeat(e, 0, 1)
+
+
+def utf8_multibyte(line_separators: bool = True) -> Expr:
+    """One well-formed UTF-8 character of two to four bytes (no surrogates, nothing past
+    U+10FFFF); `line_separators=False` leaves out U+2028 and U+2029."""
+    cont = byte_range(0x80, 0xBF)
+    e2 = seq(Lit(b"\xe2"), cont, cont)
+    if not line_separators:
+        e2 = alt(seq(Lit(b"\xe2"), byte_range(0x81, 0xBF), cont),
+                 seq(Lit(b"\xe2\x80"), one_of(b for b in range(0x80, 0xC0) if b not in (0xA8, 0xA9))))
+    return alt(
+        seq(byte_range(0xC2, 0xDF), cont),
+        seq(Lit(b"\xe0"), byte_range(0xA0, 0xBF), cont),
+        e2,
+        seq(one_of([0xE1, *range(0xE3, 0xED), 0xEE, 0xEF]), cont, cont),
+        seq(Lit(b"\xed"), byte_range(0x80, 0x9F), cont),
+        seq(Lit(b"\xf0"), byte_range(0x90, 0xBF), cont, cont),
+        seq(byte_range(0xF1, 0xF3), cont, cont, cont),
+        seq(Lit(b"\xf4"), byte_range(0x80, 0x8F), cont, cont),
+    )
+
+
+class _Nfa:
+    """Thompson construction: states with epsilon edges and byte-set edges."""
+
+    def __init__(self) -> None:
+        self.eps: list[list[int]] = []
+        self.edges: list[list[tuple[frozenset[int], int]]] = []
+
+    def state(self) -> int:
+        self.eps.append([])
+        self.edges.append([])
+        return len(self.eps) - 1
+
+    def build(self, e: Expr, start: int) -> int:
+        """Adds `e` from `start`; returns its end state."""
+        if isinstance(e, Lit):
+            for b in e.data:
+                nxt = self.state()
+                self.edges[start].append((frozenset((b,)), nxt))
+                start = nxt
+            return start
+        if isinstance(e, Bytes):
+            end = self.state()
+            self.edges[start].append((e.allowed, end))
+            return end
+        if isinstance(e, Seq):
+            for part in e.parts:
+                start = self.build(part, start)
+            return start
+        if isinstance(e, Text):
+            return self._text(e.stops, start)
+        if isinstance(e, Alt):
+            end = self.state()
+            for option in e.options:
+                s = self.state()
+                self.eps[start].append(s)
+                self.eps[self.build(option, s)].append(end)
+            return end
+        return self._repeat(e, start)
+
+    def _text(self, stops: tuple[bytes, ...], start: int) -> int:
+        """Aho-Corasick over the stops: one state per proper prefix; a byte that would complete
+        a stop has no edge, and every state may leave to the end."""
+        goto, terminal = _aho_corasick(stops)
+        states = [start] + [self.state() for _ in range(len(goto) - 1)]
+        end = self.state()
+        for node, row in enumerate(goto):
+            if node in terminal:
+                continue
+            by_target: dict[int, set[int]] = {}
+            for b, t in enumerate(row):
+                if t not in terminal:
+                    by_target.setdefault(t, set()).add(b)
+            for t, allowed in by_target.items():
+                self.edges[states[node]].append((frozenset(allowed), states[t]))
+            self.eps[states[node]].append(end)
+        return end
+
+    def _repeat(self, e: Repeat, start: int) -> int:
+        for _ in range(e.lo):
+            start = self.build(e.body, start)
+        if e.hi is None:
+            loop = self.state()
+            self.eps[start].append(loop)
+            self.eps[self.build(e.body, loop)].append(loop)
+            return loop
+        end = self.state()
+        self.eps[start].append(end)
+        for _ in range(e.hi - e.lo):
+            start = self.build(e.body, start)
+            self.eps[start].append(end)
+        return end
+
+    def closure(self, states: Iterable[int]) -> frozenset[int]:
+        seen, todo = set(states), list(states)
+        while todo:
+            for t in self.eps[todo.pop()]:
+                if t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return frozenset(seen)
+
+
+def _aho_corasick(stops: tuple[bytes, ...]) -> tuple[list[list[int]], set[int]]:
+    """The complete goto table (node x byte -> node) and the nodes that end a stop."""
+    children: list[dict[int, int]] = [{}]
+    terminal: set[int] = set()
+    for stop in stops:
+        node = 0
+        for b in stop:
+            node = children[node].setdefault(b, len(children))
+            if node == len(children):
+                children.append({})
+        terminal.add(node)
+    goto = [[0] * 256 for _ in children]
+    fail = [0] * len(children)
+    order = deque()
+    for b in range(256):
+        child = children[0].get(b)
+        if child is not None:
+            goto[0][b] = child
+            order.append(child)
+    while order:
+        node = order.popleft()
+        if fail[node] in terminal:
+            terminal.add(node)
+        for b in range(256):
+            child = children[node].get(b)
+            if child is None:
+                goto[node][b] = goto[fail[node]][b]
+            else:
+                goto[node][b] = child
+                fail[child] = goto[fail[node]][b]
+                order.append(child)
+    return goto, terminal
+
+
+@dataclass
+class Dfa:
+    """`table[state, byte_class]` -> next state, `dead` (== num_states) where nothing follows."""
+
+    table: np.ndarray       # int32 [num_states + 1, num_classes]; the last row is the dead state
+    classes: np.ndarray     # uint8 [256]: byte -> class
+    accepting: np.ndarray   # bool [num_states + 1]
+    distance: np.ndarray    # int32 [num_states + 1]: fewest bytes to acceptance (dead: huge)
+    start: int = 0
+
+    @property
+    def dead(self) -> int:
+        return len(self.table) - 1
+
+    def step(self, state: int, data: bytes) -> int:
+        for b in data:
+            state = int(self.table[state, self.classes[b]])
+        return state
+
+    def shortest_completion(self, state: int) -> bytes:
+        """The bytes of one shortest path from `state` to acceptance."""
+        out = bytearray()
+        while not self.accepting[state]:
+            for b in range(256):
+                nxt = int(self.table[state, self.classes[b]])
+                if self.distance[nxt] == self.distance[state] - 1:
+                    out.append(b)
+                    state = nxt
+                    break
+        return bytes(out)
+
+
+UNREACHABLE = np.iinfo(np.int32).max // 2
+
+
+def compile_dfa(e: Expr, max_states: int = 200_000) -> Dfa:
+    """Subset construction over byte classes, then trimming to states that can still accept."""
+    nfa = _Nfa()
+    start = nfa.state()
+    accept = nfa.build(e, start)
+    classes, class_sets = _byte_classes(nfa)
+    ids: dict[frozenset[int], int] = {}
+    rows: list[list[int]] = []
+    order: list[frozenset[int]] = []
+    first = nfa.closure([start])
+    ids[first] = 0
+    order.append(first)
+    todo = deque([first])
+    while todo:
+        current = todo.popleft()
+        moves: dict[int, set[int]] = {}
+        for s in current:
+            for allowed, t in nfa.edges[s]:
+                for c in class_sets[allowed]:
+                    moves.setdefault(c, set()).add(t)
+        row = [-1] * len(classes_of(classes))
+        for c, targets in moves.items():
+            nxt = nfa.closure(targets)
+            if nxt not in ids:
+                if len(ids) >= max_states:
+                    raise ValueError(f"the grammar needs more than {max_states} automaton states")
+                ids[nxt] = len(ids)
+                order.append(nxt)
+                todo.append(nxt)
+            row[c] = ids[nxt]
+        rows.append(row)
+    accepting = [accept in s for s in order]
+    return _trimmed(rows, accepting, classes)
+
+
+def classes_of(classes: np.ndarray) -> range:
+    return range(int(classes.max()) + 1)
+
+
+def _byte_classes(nfa: _Nfa) -> tuple[np.ndarray, dict[frozenset[int], list[int]]]:
+    """Partition 0..255 so that every edge's byte set is a union of classes."""
+    sets = {allowed for edges in nfa.edges for allowed, _ in edges}
+    signature: dict[int, tuple[bool, ...]] = {}
+    ordered = sorted(sets, key=sorted)
+    for b in range(256):
+        signature[b] = tuple(b in s for s in ordered)
+    class_ids: dict[tuple[bool, ...], int] = {}
+    classes = np.zeros(256, dtype=np.uint8)
+    for b in range(256):
+        classes[b] = class_ids.setdefault(signature[b], len(class_ids))
+    members = {s: sorted({int(classes[b]) for b in s}) for s in sets}
+    return classes, members
+
+
+def _trimmed(rows: list[list[int]], accepting: list[bool], classes: np.ndarray) -> Dfa:
+    n, width = len(rows), int(classes.max()) + 1
+    table = np.full((n + 1, width), n, dtype=np.int32)
+    for s, row in enumerate(rows):
+        for c, t in enumerate(row):
+            if t >= 0:
+                table[s, c] = t
+    acc = np.array(accepting + [False])
+    distance = _distances(table, acc)
+    alive = distance < UNREACHABLE
+    if not alive[0]:
+        raise ValueError("the grammar accepts nothing")
+    # Renumber the live states, the start first, and send every edge into a dead one to `dead`.
+    keep = np.flatnonzero(alive[:n])
+    new_id = np.full(n + 1, len(keep), dtype=np.int32)
+    new_id[keep] = np.arange(len(keep), dtype=np.int32)
+    trimmed = new_id[table[np.append(keep, n)]]
+    return Dfa(trimmed, classes, np.append(acc[keep], False), np.append(distance[keep], UNREACHABLE))
+
+
+def _distances(table: np.ndarray, accepting: np.ndarray) -> np.ndarray:
+    """Fewest bytes from each state to an accepting one (BFS over reversed edges)."""
+    n = len(table)
+    reverse: list[set[int]] = [set() for _ in range(n)]
+    for s in range(n - 1):
+        for t in set(table[s].tolist()):
+            reverse[t].add(s)
+    dist = np.full(n, UNREACHABLE, dtype=np.int32)
+    todo = deque(np.flatnonzero(accepting).tolist())
+    dist[list(todo)] = 0
+    while todo:
+        t = todo.popleft()
+        for s in reverse[t]:
+            if dist[s] == UNREACHABLE:
+                dist[s] = dist[t] + 1
+                todo.append(s)
+    dist[n - 1] = UNREACHABLE
+    return dist

@@ -1,0 +1,65 @@
+"""Fences for requests: one per tokenizer and dialect, compiling each distinct grammar once.
+
+Agents send the same tools on every call, so a tool set's grammar is compiled on its first
+request and then shared; each request gets its own `TokenFence` (its position and budget).
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from typing import Callable, Sequence
+
+from zllm_core.dialects.conversation import FunctionTool
+from zllm_core.fence.automaton import Expr
+from zllm_core.fence.grammar import FenceVocab, Grammar
+from zllm_core.fence.token_fence import TokenFence
+from zllm_core.fence.tool_grammar import json_grammar, output_grammar, tags_for
+from zllm_core.protocols.canonical import ResponseFormat, ToolChoice
+
+GRAMMAR_CACHE = 64
+
+class FenceFactory:
+    def __init__(self, dialect: str, vocab: Callable[[Sequence[str]], FenceVocab]):
+        """`vocab(tags)` builds the tokenizer's FenceVocab; it is called once, on first use."""
+        self.dialect = dialect
+        self._make_vocab = vocab
+        self._vocab: FenceVocab | None = None
+        self._grammars: OrderedDict[str, Grammar] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def vocab(self) -> FenceVocab:
+        with self._lock:
+            if self._vocab is None:
+                self._vocab = self._make_vocab(tags_for(self.dialect))
+            return self._vocab
+
+    def for_request(self, tools: Sequence[FunctionTool], choice: ToolChoice,
+                    response_format: ResponseFormat | None, in_reasoning: bool,
+                    max_tokens: int) -> TokenFence | None:
+        """None where nothing is constrained: no tools and no JSON format."""
+        if response_format is not None:
+            key = json.dumps(["json", response_format.schema, in_reasoning], sort_keys=True)
+            build = lambda v: json_grammar(response_format.schema, in_reasoning, v)  # noqa: E731
+        elif tools:
+            key = json.dumps(["tools", [(t.name, t.parameters) for t in tools], choice.mode, choice.name,
+                              choice.parallel, in_reasoning], sort_keys=True)
+            build = lambda v: output_grammar(self.dialect, v, tools, choice, in_reasoning)  # noqa: E731
+        else:
+            return None
+        return TokenFence(self._grammar(key, build), max_tokens)
+
+    def _grammar(self, key: str, build: Callable[[FenceVocab], Expr]) -> Grammar:
+        with self._lock:
+            grammar = self._grammars.get(key)
+            if grammar is not None:
+                self._grammars.move_to_end(key)
+                return grammar
+        vocab = self.vocab
+        grammar = Grammar.compile(build(vocab), vocab)  # outside the lock: compiling takes a while
+        with self._lock:
+            self._grammars[key] = grammar
+            while len(self._grammars) > GRAMMAR_CACHE:
+                self._grammars.popitem(last=False)
+        return grammar

@@ -1,0 +1,151 @@
+"""A grammar compiled for one tokenizer: its DFA, and each state's allowed tokens, computed once.
+
+Special tokens that spell a dialect's tags (`<tool_call>` is one token in Qwen's vocabulary)
+stand for a pseudo byte in the DFA: a byte that never occurs in well-formed UTF-8, so such a
+token fits exactly where the grammar places that tag and nowhere else (never inside a JSON
+string, say). Every other special token is never allowed while a fence is active; the end
+tokens are allowed exactly in accepting states.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from zllm_core.fence.automaton import Dfa, Expr, Lit, alt, compile_dfa
+from zllm_core.fence.bitmask import pack_allowed
+from zllm_core.fence.vocab_index import FAR, VocabIndex
+
+PSEUDO_BYTES = (0xC0, 0xC1, *range(0xF5, 0x100))  # never part of well-formed UTF-8
+WALK_CACHE = 256  # states whose per-token distances are kept (150 KB each for 150K tokens)
+
+
+class FenceError(ValueError):
+    """A grammar this tokenizer cannot produce, or one that accepts nothing."""
+
+
+@dataclass(frozen=True)
+class FenceVocab:
+    """What fences need of a tokenizer, built once per (tokenizer, tag set)."""
+
+    index: VocabIndex
+    end_ids: tuple[int, ...]
+    pseudo: dict[str, int]  # tag text -> the pseudo byte its special token stands for
+
+    @classmethod
+    def build(cls, token_bytes: Sequence[bytes], special_tokens: dict[str, int], end_ids: Sequence[int],
+              tags: Sequence[str] = ()) -> "FenceVocab":
+        tagged = [t for t in dict.fromkeys(tags) if t in special_tokens]
+        if len(tagged) > len(PSEUDO_BYTES):
+            raise FenceError(f"at most {len(PSEUDO_BYTES)} tag tokens can be fenced, got {len(tagged)}")
+        pseudo = dict(zip(tagged, PSEUDO_BYTES))
+        walked = list(token_bytes)
+        for tag, b in pseudo.items():
+            walked[special_tokens[tag]] = bytes((b,))
+        # Byte-level vocabularies have single-byte tokens for the pseudo bytes too: such bytes
+        # never occur in well-formed text, so those tokens take no part in fenced output.
+        pseudo_set = frozenset(PSEUDO_BYTES)
+        excluded = set(end_ids) | {i for t, i in special_tokens.items() if t not in pseudo} | {
+            i for i, t in enumerate(token_bytes) if not pseudo_set.isdisjoint(t)}
+        return cls(VocabIndex.cached(walked, sorted(excluded)), tuple(end_ids), pseudo)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.index.vocab_size
+
+    def tag(self, text: str) -> Expr:
+        """The tag as the model may write it: its special token, or its text spelled out."""
+        spelled = Lit(text.encode())
+        return alt(Lit(bytes((self.pseudo[text],))), spelled) if text in self.pseudo else spelled
+
+    def verify(self, literal: bytes) -> None:
+        """Refuse a literal no sequence of tokens spells (a vocabulary without byte fallback)."""
+        reach = np.zeros(len(literal) + 1, dtype=bool)
+        reach[0] = True
+        lengths = {len(t) for t in self.index.token_bytes if t}
+        known = set(self.index.token_bytes)
+        for i in range(len(literal)):
+            if reach[i]:
+                for n in lengths:
+                    if i + n <= len(literal) and literal[i:i + n] in known:
+                        reach[i + n] = True
+        if not reach[-1]:
+            raise FenceError(f"the tokenizer cannot produce {literal!r}: no tokens spell it")
+
+
+@dataclass
+class Grammar:
+    """A DFA over the vocabulary; shared by every request with the same expression."""
+
+    dfa: Dfa
+    vocab: FenceVocab
+    _masks: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+    _walks: OrderedDict[int, np.ndarray] = field(default_factory=OrderedDict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def compile(cls, expr: Expr, vocab: FenceVocab) -> "Grammar":
+        try:
+            return cls(compile_dfa(expr), vocab)
+        except ValueError as exc:
+            raise FenceError(str(exc)) from None
+
+    @property
+    def max_distance(self) -> int:
+        """The longest shortest completion from any state: budgets above it need no care."""
+        live = self.dfa.distance[:-1]
+        return int(live.max()) if len(live) else 0
+
+    def bitmask(self, state: int, budget: int | None = None) -> np.ndarray:
+        """The packed int32 row (fence/bitmask.py's layout) of the tokens allowed next from
+        `state`. `budget` (tokens left, this one included) keeps only tokens after which the
+        rest can still complete, an end token included. Rows are computed once per state (and
+        per binding budget) from one walk of the vocabulary, and shared read-only."""
+        limit = FAR - 1 if budget is None else min(budget - 2, FAR - 1)
+        if limit >= self.max_distance:
+            limit = FAR - 1  # the budget does not bind: the state's plain row
+        key = (state, limit)
+        with self._lock:
+            row = self._masks.get(key)
+        if row is not None:
+            return row
+        mask = self._within(state, limit)
+        if self.dfa.accepting[state]:
+            mask[list(self.vocab.end_ids)] = True
+        row = pack_allowed(mask)
+        row.setflags(write=False)
+        with self._lock:
+            self._masks[key] = row
+        return row
+
+    def _within(self, state: int, limit: int) -> np.ndarray:
+        """Tokens after which at most `limit` bytes remain. Bytes bound tokens from above, so
+        where none fits, the tokens that leave the fewest bytes close the structure fastest."""
+        if limit < 0:
+            return np.zeros(self.vocab.vocab_size, dtype=bool)
+        remaining = self._remaining(state)
+        mask = self.vocab.index.allowed(remaining, limit)
+        if not mask.any() and not self.dfa.accepting[state]:
+            mask = self.vocab.index.allowed(remaining, int(remaining.min()))
+        return mask
+
+    def _remaining(self, state: int) -> np.ndarray:
+        with self._lock:
+            remaining = self._walks.get(state)
+        if remaining is None:
+            remaining = self.vocab.index.remaining(self.dfa, state)
+            with self._lock:
+                self._walks[state] = remaining
+                while len(self._walks) > WALK_CACHE:
+                    self._walks.popitem(last=False)
+        return remaining
+
+    def advance(self, state: int, token: int) -> int:
+        """The state after `token`; the DFA's dead state for a token the mask did not allow."""
+        if token in self.vocab.end_ids:
+            return state if self.dfa.accepting[state] else self.dfa.dead
+        return self.dfa.step(state, self.vocab.index.token_bytes[token]) \
+            if token < self.vocab.vocab_size else self.dfa.dead
