@@ -48,10 +48,11 @@ def apply_hooks(logits: torch.Tensor, seqs: list[Sequence]) -> dict[int, Excepti
 def apply_fences(logits: torch.Tensor, seqs: list[Sequence], vocab_size: int) -> None:
     """Mask each fenced row to its fence's allowed tokens: one bitmask kernel for the batch;
     rows without a fence are not touched."""
-    rows = [i for i, s in enumerate(seqs) if s.params.fence is not None]
+    masks = {i: s.params.fence.bitmask() for i, s in enumerate(seqs) if s.params.fence is not None}
+    rows = [i for i, m in masks.items() if m is not None]
     if not rows:
         return
-    bitmask = torch.from_numpy(np.stack([seqs[i].params.fence.bitmask() for i in rows]))
+    bitmask = torch.from_numpy(np.stack([masks[i] for i in rows]))
     apply_token_bitmask_(logits, bitmask.to(logits.device, non_blocking=True),
                          torch.tensor(rows, dtype=torch.int32, device=logits.device), vocab_size)
 

@@ -17,7 +17,7 @@ class Fence(Protocol):
     """A request's token fence (zllm_core/fence): the engine asks it which tokens may come
     next, as a packed int32 bitmask row, and tells it which one did. It knows no tool names."""
 
-    def bitmask(self) -> np.ndarray: ...
+    def bitmask(self) -> Optional[np.ndarray]: ...  # None: nothing constrained this step
 
     def advance(self, token: int) -> None: ...
 

@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 from zllm_core.dialects.conversation import FunctionTool
 from zllm_core.fence.automaton import Expr
 from zllm_core.fence.grammar import FenceVocab, Grammar
+from zllm_core.fence.guard import GenerationGuard, GuardConfig
 from zllm_core.fence.token_fence import TokenFence
 from zllm_core.fence.tool_grammar import json_grammar, output_grammar, tags_for
 from zllm_core.protocols.canonical import ResponseFormat, ToolChoice
@@ -37,8 +38,17 @@ class FenceFactory:
 
     def for_request(self, tools: Sequence[FunctionTool], choice: ToolChoice,
                     response_format: ResponseFormat | None, in_reasoning: bool,
-                    max_tokens: int) -> TokenFence | None:
-        """None where nothing is constrained: no tools and no JSON format."""
+                    max_tokens: int, guard: GuardConfig | None = None) -> TokenFence | None:
+        """None where nothing is constrained: no tools, no JSON format and no loop guard."""
+        grammar = self._grammar_for(tools, choice, response_format, in_reasoning)
+        if grammar is None and guard is None:
+            return None
+        vocab = self.vocab
+        return TokenFence(grammar, max_tokens, None if guard is None else GenerationGuard(guard),
+                          vocab.vocab_size, vocab.end_ids)
+
+    def _grammar_for(self, tools: Sequence[FunctionTool], choice: ToolChoice,
+                     response_format: ResponseFormat | None, in_reasoning: bool) -> Grammar | None:
         if response_format is not None:
             key = json.dumps(["json", response_format.schema, in_reasoning], sort_keys=True)
             build = lambda v: json_grammar(response_format.schema, in_reasoning, v)  # noqa: E731
@@ -48,7 +58,7 @@ class FenceFactory:
             build = lambda v: output_grammar(self.dialect, v, tools, choice, in_reasoning)  # noqa: E731
         else:
             return None
-        return TokenFence(self._grammar(key, build), max_tokens)
+        return self._grammar(key, build)
 
     def _grammar(self, key: str, build: Callable[[FenceVocab], Expr]) -> Grammar:
         with self._lock:

@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 
 from zllm_core.server import chat_completions, errors, messages, responses, responses_socket
+from zllm_core.fence.guard import GuardConfig
 from zllm_core.server.access_log import AccessLog
 from zllm_core.server.gate import Gate
 from zllm_core.server.generation import Generation, Limits
@@ -25,7 +26,8 @@ def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> Fas
     """`engine` is an AsyncEngine or anything with its `generate`, `metrics` and `max_model_len`."""
     max_len = min(config.max_model_len or engine.max_model_len, engine.max_model_len)
     metrics = ServerMetrics(engine.metrics, prompts.metrics)
-    generation = Generation(engine, prompts, Limits(max_len, config.max_output_tokens), metrics)
+    guard = GuardConfig() if config.loop_guard else None
+    generation = Generation(engine, prompts, Limits(max_len, config.max_output_tokens, guard), metrics)
     app = FastAPI(title="zllm", version="0.1.0")
     app.state.runtime = Runtime(config, generation, ResponseStore(config.store_path))
     errors.install(app)

@@ -34,6 +34,8 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--response-store", default=default_store_path(),
                    help="SQLite file for stored responses (previous_response_id)")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
+    p.add_argument("--loop-guard", action="store_true",
+                   help="break token loops in generations (and end turns that keep looping)")
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS,
                    help="info logs one access line per request")
     p.set_defaults(func=run_serve)
@@ -82,7 +84,7 @@ def run_serve(args: argparse.Namespace) -> int:
         model_name=args.served_model_name or Path(str(args.model)).name,
         max_output_tokens=args.max_output_tokens, max_model_len=args.max_model_len,
         api_keys=parse_api_keys(args.api_key), max_body_bytes=args.max_body_bytes,
-        store_path=args.response_store)
+        store_path=args.response_store, loop_guard=args.loop_guard)
     app = create_app(engine, PromptBuilder.from_model_dir(model_dir, engine.tokenizer), config)
     host, port = sock.getsockname()[:2]
     # Tests and scripts read this line to find a --port 0 server.

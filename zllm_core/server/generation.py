@@ -21,6 +21,7 @@ from zllm_core.protocols.canonical import (
 )
 from zllm_core.fence.factory import FenceFactory
 from zllm_core.fence.grammar import FenceError
+from zllm_core.fence.guard import GuardConfig
 from zllm_core.fence.json_schema import UnsupportedSchema
 from zllm_core.fence.token_fence import TokenFence
 from zllm_core.server import access_log
@@ -35,6 +36,7 @@ log = logging.getLogger("zllm.server")
 class Limits:
     max_model_len: int
     max_output_tokens: int
+    loop_guard: GuardConfig | None = None  # None: generations may repeat themselves
 
 
 @dataclass
@@ -81,7 +83,7 @@ class Generation:
         the engine, so a schema the fence cannot enforce is the client's 400."""
         try:
             return self.fences.for_request(req.tools, req.tool_choice, req.response_format,
-                                           prompt.in_reasoning, max_tokens)
+                                           prompt.in_reasoning, max_tokens, self.limits.loop_guard)
         except (FenceError, UnsupportedSchema) as exc:
             param = "response_format" if req.response_format is not None else "tools"
             raise RequestError(f"{param}: {exc}", param=param) from None

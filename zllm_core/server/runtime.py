@@ -18,6 +18,7 @@ class ServerConfig:
     api_keys: dict[str, str] = field(default_factory=dict)  # key -> tenant; empty: no auth
     max_body_bytes: int = 64 << 20
     store_path: str = ":memory:"
+    loop_guard: bool = False  # break repetition loops (fence/guard.py), ending turns that keep looping
 
 
 @dataclass
