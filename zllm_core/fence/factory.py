@@ -2,10 +2,17 @@
 
 Agents send the same tools on every call, so a tool set's grammar is compiled on its first
 request and then shared; each request gets its own `TokenFence` (its position and budget).
+
+What a request forces (tool_choice required or named, a JSON response format) is compiled
+before it runs, and a schema the fence cannot enforce is the client's error. `auto` only
+guards what the model chooses to do: its grammar compiles in the background (a large tool set
+takes seconds), requests run unfenced until it is ready, and a tool set the fence cannot
+express stays unfenced (logged once) rather than failing an agent's every call.
 """
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import OrderedDict
 from typing import Callable, Sequence
@@ -19,6 +26,8 @@ from zllm_core.fence.tool_grammar import json_grammar, output_grammar, tags_for
 from zllm_core.protocols.canonical import ResponseFormat, ToolChoice
 
 GRAMMAR_CACHE = 64
+log = logging.getLogger("zllm.fence")
+
 
 class FenceFactory:
     def __init__(self, dialect: str, vocab: Callable[[Sequence[str]], FenceVocab]):
@@ -26,7 +35,8 @@ class FenceFactory:
         self.dialect = dialect
         self._make_vocab = vocab
         self._vocab: FenceVocab | None = None
-        self._grammars: OrderedDict[str, Grammar] = OrderedDict()
+        self._grammars: OrderedDict[str, Grammar | None] = OrderedDict()  # None: cannot be fenced
+        self._compiling: set[str] = set()
         self._lock = threading.Lock()
 
     @property
@@ -56,20 +66,47 @@ class FenceFactory:
             key = json.dumps(["tools", [(t.name, t.parameters) for t in tools], choice.mode, choice.name,
                               choice.parallel, in_reasoning], sort_keys=True)
             build = lambda v: output_grammar(self.dialect, v, tools, choice, in_reasoning)  # noqa: E731
+            if choice.mode in ("auto", "none"):
+                return self._optional(key, build)
         else:
             return None
         return self._grammar(key, build)
 
     def _grammar(self, key: str, build: Callable[[FenceVocab], Expr]) -> Grammar:
         with self._lock:
-            grammar = self._grammars.get(key)
-            if grammar is not None:
+            if key in self._grammars and self._grammars[key] is not None:
                 self._grammars.move_to_end(key)
-                return grammar
+                return self._grammars[key]
         vocab = self.vocab
         grammar = Grammar.compile(build(vocab), vocab)  # outside the lock: compiling takes a while
+        self._store(key, grammar)
+        return grammar
+
+    def _optional(self, key: str, build: Callable[[FenceVocab], Expr]) -> Grammar | None:
+        """The grammar if it is ready; else None now, and a compile in the background."""
         with self._lock:
+            if key in self._grammars:
+                self._grammars.move_to_end(key)
+                return self._grammars[key]
+            if key in self._compiling:
+                return None
+            self._compiling.add(key)
+        threading.Thread(target=self._compile_quietly, args=(key, build), daemon=True,
+                         name="zllm-fence-compile").start()
+        return None
+
+    def _compile_quietly(self, key: str, build: Callable[[FenceVocab], Expr]) -> None:
+        try:
+            vocab = self.vocab
+            grammar = Grammar.compile(build(vocab), vocab)
+        except ValueError as exc:  # FenceError, UnsupportedSchema: this tool set stays unfenced
+            log.warning("tool_choice auto stays unfenced for this tool set: %s", exc)
+            grammar = None
+        self._store(key, grammar)
+
+    def _store(self, key: str, grammar: Grammar | None) -> None:
+        with self._lock:
+            self._compiling.discard(key)
             self._grammars[key] = grammar
             while len(self._grammars) > GRAMMAR_CACHE:
                 self._grammars.popitem(last=False)
-        return grammar
