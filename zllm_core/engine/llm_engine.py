@@ -190,7 +190,7 @@ class LLMEngine:
         sampled = [c.seq for c in batch.chunks if c.samples]
         logits[:, self.sampleable:] = float("-inf")
         failed = apply_hooks(logits, sampled)
-        apply_fences(logits, sampled, self.sampleable)
+        failed.update(apply_fences(logits, sampled, self.sampleable))
         tokens = sample(logits, sampled)
         logprobs = token_logprobs(logits, sampled, tokens)
         return [self._fail(seq, failed[i]) if i in failed else self._append(seq, tok, logprobs[i])

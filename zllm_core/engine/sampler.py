@@ -45,16 +45,22 @@ def apply_hooks(logits: torch.Tensor, seqs: list[Sequence]) -> dict[int, Excepti
     return failed
 
 
-def apply_fences(logits: torch.Tensor, seqs: list[Sequence], vocab_size: int) -> None:
+def apply_fences(logits: torch.Tensor, seqs: list[Sequence], vocab_size: int) -> dict[int, Exception]:
     """Mask each fenced row to its fence's allowed tokens: one bitmask kernel for the batch;
-    rows without a fence are not touched."""
-    masks = {i: s.params.fence.bitmask() for i, s in enumerate(seqs) if s.params.fence is not None}
+    rows without a fence are not touched. A failing fence fails its row only."""
+    masks, failed = {}, {}
+    for i, seq in enumerate(seqs):
+        if seq.params.fence is not None:
+            try:
+                masks[i] = seq.params.fence.bitmask()
+            except Exception as exc:  # noqa: BLE001 - one request's fence must not end the batch
+                failed[i] = exc
     rows = [i for i, m in masks.items() if m is not None]
-    if not rows:
-        return
-    bitmask = torch.from_numpy(np.stack([masks[i] for i in rows]))
-    apply_token_bitmask_(logits, bitmask.to(logits.device, non_blocking=True),
-                         torch.tensor(rows, dtype=torch.int32, device=logits.device), vocab_size)
+    if rows:
+        bitmask = torch.from_numpy(np.stack([masks[i] for i in rows]))
+        apply_token_bitmask_(logits, bitmask.to(logits.device, non_blocking=True),
+                             torch.tensor(rows, dtype=torch.int32, device=logits.device), vocab_size)
+    return failed
 
 
 def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:

@@ -1,9 +1,9 @@
-"""Per tokenizer, once: every token's bytes laid out so a DFA can run over the whole vocabulary
-at once.
+"""Per tokenizer, once: every token's bytes laid out for a DFA to run over the whole
+vocabulary from one state.
 
-Tokens are sorted by length, longest first, into a padded byte matrix; running a DFA from one
-state over all of them is one vectorised gather per byte position, on a shrinking prefix of
-the rows (the work is the vocabulary's total length, ~1M bytes for 150K tokens). The matrix is
+Tokens are concatenated into one byte array with offsets; the walk is native
+(csrc/fence_walk.cpp): each token stops at its first dead byte, so in a structural state,
+where nearly every token dies at once, the walk costs about a step a token. The layout is
 cached on disk by a hash of the vocabulary, so a restart does not rebuild it.
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from zllm_core import _native
 from zllm_core.fence.automaton import Dfa
 
 FAR = 255  # distances are kept in a byte; FAR marks a token that dies
@@ -24,9 +25,9 @@ FAR = 255  # distances are kept in a byte; FAR marks a token that dies
 
 @dataclass(frozen=True)
 class VocabIndex:
-    order: np.ndarray       # int32 [n]: token ids by length, longest first
-    columns: np.ndarray     # uint8 [max_len, n]: byte j of each, zero-padded (a row per position)
-    live: np.ndarray        # int32 [max_len]: how many tokens are longer than each position
+    order: np.ndarray       # int32 [n]: the walked token ids
+    flat: np.ndarray        # uint8: their bytes, concatenated in `order`
+    offsets: np.ndarray     # int64 [n + 1]: token k's bytes are flat[offsets[k]:offsets[k + 1]]
     vocab_size: int         # ids at or past this are never allowed (padding rows of the head)
     token_bytes: tuple[bytes, ...]
 
@@ -34,18 +35,11 @@ class VocabIndex:
     def build(cls, token_bytes: Sequence[bytes], excluded: Sequence[int] = ()) -> "VocabIndex":
         """`excluded` ids (terminators, empty slots) never take part in a byte walk."""
         drop = set(excluded) | {i for i, t in enumerate(token_bytes) if not t}
-        ids = np.array([i for i in range(len(token_bytes)) if i not in drop], dtype=np.int64)
-        lengths = np.array([len(token_bytes[i]) for i in ids], dtype=np.int64)
-        order = ids[np.argsort(-lengths, kind="stable")]
-        sorted_lengths = np.sort(lengths)[::-1]
-        width = int(sorted_lengths[0]) if len(order) else 0
-        columns = np.zeros((width, len(order)), dtype=np.uint8)
-        flat = np.frombuffer(b"".join(token_bytes[i] for i in order), dtype=np.uint8)
-        rows = np.repeat(np.arange(len(order)), sorted_lengths)
-        starts = np.repeat(np.cumsum(sorted_lengths) - sorted_lengths, sorted_lengths)
-        columns[np.arange(len(flat)) - starts, rows] = flat
-        live = np.searchsorted(-sorted_lengths, -np.arange(width), side="left").astype(np.int32)
-        return cls(order.astype(np.int32), columns, live, len(token_bytes), tuple(token_bytes))
+        order = np.array([i for i in range(len(token_bytes)) if i not in drop], dtype=np.int32)
+        lengths = np.array([len(token_bytes[i]) for i in order], dtype=np.int64)
+        flat = np.frombuffer(b"".join(token_bytes[i] for i in order), dtype=np.uint8).copy()
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return cls(order, flat, offsets, len(token_bytes), tuple(token_bytes))
 
     @classmethod
     def cached(cls, token_bytes: Sequence[bytes], excluded: Sequence[int] = (),
@@ -56,8 +50,8 @@ class VocabIndex:
         if path.is_file():
             try:
                 with np.load(path) as z:
-                    index = cls(z["order"], z["columns"], z["live"], int(z["vocab_size"]), tuple(token_bytes))
-                if index.columns.shape == (len(index.live), len(index.order)):
+                    index = cls(z["order"], z["flat"], z["offsets"], int(z["vocab_size"]), tuple(token_bytes))
+                if len(index.offsets) == len(index.order) + 1 and index.offsets[-1] == len(index.flat):
                     return index
             except (OSError, ValueError, KeyError):
                 pass  # a damaged cache file is rebuilt below
@@ -70,27 +64,17 @@ class VocabIndex:
         fd, tmp = tempfile.mkstemp(prefix=".vocab.", suffix=".npz", dir=root)
         try:
             with os.fdopen(fd, "wb") as f:
-                np.savez(f, order=self.order, columns=self.columns, live=self.live,
+                np.savez(f, order=self.order, flat=self.flat, offsets=self.offsets,
                          vocab_size=np.int64(self.vocab_size))
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
-    def walk(self, dfa: Dfa, state: int) -> np.ndarray:
-        """The state each token leads to from `state` (in `order`); `dfa.dead` where it dies."""
-        states = np.full(len(self.order), state, dtype=np.int32)
-        for j, n in enumerate(self.live):
-            states[:n] = dfa.table[states[:n], dfa.classes[self.columns[j, :n]]]
-        return states
-
     def remaining(self, dfa: Dfa, state: int) -> np.ndarray:
         """uint8, in `order`: the fewest bytes left to acceptance after each token from `state`
         (at most FAR - 1: budgets that large are not told apart), FAR where a token dies."""
-        ends = self.walk(dfa, state)
-        out = np.minimum(dfa.distance[ends], FAR - 1).astype(np.uint8)
-        out[ends == dfa.dead] = FAR
-        return out
+        return _native.fence_walk(dfa.table, dfa.classes, dfa.distance, self.flat, self.offsets, state, FAR)
 
     def allowed(self, remaining: np.ndarray, max_distance: int) -> np.ndarray:
         """bool [vocab_size]: the tokens whose `remaining` is at most `max_distance` (< FAR)."""
