@@ -25,7 +25,7 @@ from zllm_core.fence.token_fence import TokenFence
 from zllm_core.fence.tool_grammar import json_grammar, output_grammar, tags_for
 from zllm_core.protocols.canonical import ResponseFormat, ToolChoice
 
-GRAMMAR_CACHE = 64
+GRAMMAR_CACHE = 16  # each holds up to ROW_CACHE rows (~20 MB for a 150K vocabulary)
 log = logging.getLogger("zllm.fence")
 
 
@@ -80,6 +80,7 @@ class FenceFactory:
         vocab = self.vocab
         grammar = Grammar.compile(build(vocab), vocab)  # outside the lock: compiling takes a while
         self._store(key, grammar)
+        threading.Thread(target=grammar.prepare, daemon=True, name="zllm-fence-prepare").start()
         return grammar
 
     def _optional(self, key: str, build: Callable[[FenceVocab], Expr]) -> Grammar | None:
@@ -103,6 +104,8 @@ class FenceFactory:
             log.warning("tool_choice auto stays unfenced for this tool set: %s", exc)
             grammar = None
         self._store(key, grammar)
+        if grammar is not None:
+            grammar.prepare()
 
     def _store(self, key: str, grammar: Grammar | None) -> None:
         with self._lock:

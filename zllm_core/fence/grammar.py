@@ -20,7 +20,9 @@ from zllm_core.fence.bitmask import pack_allowed
 from zllm_core.fence.vocab_index import FAR, VocabIndex
 
 PSEUDO_BYTES = (0xC0, 0xC1, *range(0xF5, 0x100))  # never part of well-formed UTF-8
-WALK_CACHE = 256  # states whose per-token distances are kept (150 KB each for 150K tokens)
+WALK_CACHE = 64  # states whose per-token distances are kept (150 KB each for 150K tokens)
+ROW_CACHE = 1024  # bitmask rows kept per grammar (19 KB each for 150K tokens)
+PREPARE_STATES = 256  # grammars this small get every state's row ahead of their requests
 
 
 class FenceError(ValueError):
@@ -82,7 +84,7 @@ class Grammar:
 
     dfa: Dfa
     vocab: FenceVocab
-    _masks: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+    _masks: OrderedDict[tuple[int, int], np.ndarray] = field(default_factory=OrderedDict)
     _walks: OrderedDict[int, np.ndarray] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -110,8 +112,9 @@ class Grammar:
         key = (state, limit)
         with self._lock:
             row = self._masks.get(key)
-        if row is not None:
-            return row
+            if row is not None:
+                self._masks.move_to_end(key)
+                return row
         mask = self._within(state, limit)
         if self.dfa.accepting[state]:
             mask[list(self.vocab.end_ids)] = True
@@ -119,7 +122,16 @@ class Grammar:
         row.setflags(write=False)
         with self._lock:
             self._masks[key] = row
+            while len(self._masks) > ROW_CACHE:
+                self._masks.popitem(last=False)
         return row
+
+    def prepare(self) -> None:
+        """Compute every state's row now (for small grammars, in the background after compile),
+        so their requests never wait on a first visit."""
+        if len(self.dfa.table) - 1 <= PREPARE_STATES:
+            for state in range(len(self.dfa.table) - 1):
+                self.bitmask(state)
 
     def _within(self, state: int, limit: int) -> np.ndarray:
         """Tokens after which at most `limit` bytes remain. Bytes bound tokens from above, so
