@@ -117,6 +117,24 @@ class BlockPool:
             raise ValueError("a block appears twice in one call")
         return ids
 
+    def gather(self, block_ids: Sequence[int]) -> torch.Tensor:
+        """K and V of the blocks as one tensor [n, layers, 2, block_size, kv_heads, head_dim]:
+        each block's bytes contiguous, the order a snapshot stores them in."""
+        ids = self._index_tensor(block_ids)
+        return torch.stack([torch.stack((k.index_select(0, ids), v.index_select(0, ids)), 1)
+                            for k, v in self.kv_caches], 1)
+
+    def scatter(self, block_ids: Sequence[int], kv: torch.Tensor) -> None:
+        """Write ``kv`` (the shape `gather` returns) into the blocks."""
+        ids = self._index_tensor(block_ids)
+        kv = kv.to(self.kv_caches[0][0].device)
+        for layer, (k, v) in enumerate(self.kv_caches):
+            k.index_copy_(0, ids, kv[:, layer, 0])
+            v.index_copy_(0, ids, kv[:, layer, 1])
+
+    def _index_tensor(self, block_ids: Sequence[int]) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(block_ids, dtype=np.int64), device=self.kv_caches[0][0].device)
+
     def fork(self, block_ids: list[int]) -> list[int]:
         """A second owner of the same blocks (e.g. a branch of a conversation): no copy."""
         self.incref(block_ids)
