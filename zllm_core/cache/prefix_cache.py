@@ -195,7 +195,7 @@ class PrefixCache:
     def _restore(self, tokens: np.ndarray, request: CacheRequest, usable: int, keys: list[bytes],
                  blocks: list[int], kind: str) -> tuple[list[bytes], list[int], str]:
         """Extend the device blocks with the SSD tier's run after them, restored into the pool."""
-        keys, ssd_kind = self._ssd_keys(tokens, request, usable, keys)
+        keys, ssd_kind = self._ssd_keys(tokens, request, usable, keys, len(blocks))
         located = self.ssd.locate(keys[len(blocks):usable])
         restored = self.ssd.restore(located, request.scope, self._take) if located else None
         if not restored:
@@ -203,16 +203,17 @@ class PrefixCache:
         self.index.register(keys[len(blocks):len(blocks) + len(restored)], restored, request.scope)
         return keys, blocks + restored, ssd_kind
 
-    def _ssd_keys(self, tokens: np.ndarray, request: CacheRequest, usable: int,
-                  keys: list[bytes]) -> tuple[list[bytes], str]:
-        """The request's keys up to ``usable`` blocks: an SSD session record with the request's
-        cache id supplies those of the tokens it shares (verified token by token), hashing the rest."""
+    def _ssd_keys(self, tokens: np.ndarray, request: CacheRequest, usable: int, keys: list[bytes],
+                  resident: int) -> tuple[list[bytes], str]:
+        """The request's keys up to ``usable`` blocks, and how the SSD lookup is made: first by an
+        SSD session record with the request's cache id, which supplies the keys of the tokens it
+        shares (verified token by token) past the ``resident`` blocks; the rest are hashed."""
         kind = "ssd_longest_prefix"
         record = self.ssd.session(request.scope, request.cache_id) if request.cache_id is not None else None
         if record is not None:
             shared = min(common_prefix(record.tokens, tokens) // self.block_size, usable, len(record.keys))
-            if shared > len(keys):
-                keys, kind = list(record.keys[:shared]), "ssd_exact_id"
+            if shared > resident:
+                keys, kind = list(record.keys[:shared]) + keys[shared:], "ssd_exact_id"
         if len(keys) < usable:
             keys = keys + self.keys(tokens[len(keys) * self.block_size:usable * self.block_size],
                                     request.scope, keys[-1] if keys else b"")

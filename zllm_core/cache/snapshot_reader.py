@@ -39,10 +39,13 @@ class RestoreFailed(RuntimeError):
 
 
 def plan(locations: Sequence[BlockLocation], bytes_per_block: int) -> list[Stage]:
-    """Consecutive slots of one blob become one stage, capped at STAGE_BYTES."""
+    """Consecutive slots of one blob become one stage, capped at STAGE_BYTES; stages go in
+    file order (eviction writes a run tail first, so its blob holds it backwards)."""
     cap = max(1, STAGE_BYTES // bytes_per_block)
     stages: list[Stage] = []
-    for pos, loc in enumerate(locations):
+    order = sorted(range(len(locations)), key=lambda p: (locations[p].snapshot, locations[p].slot))
+    for pos in order:
+        loc = locations[pos]
         last = stages[-1] if stages else None
         if (last is not None and last.location.snapshot == loc.snapshot and len(last.positions) < cap
                 and last.first_slot + len(last.positions) == loc.slot):
