@@ -23,6 +23,7 @@ from zllm_core.cache.snapshot_format import BadSnapshot, BlobHeader, verify
 from zllm_core.cache.snapshot_store import BlockLocation, SnapshotStore
 
 STAGE_BYTES = 8 << 20
+DEPTH = 2  # stages read ahead of the copy
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class RestoreFailed(RuntimeError):
 def plan(locations: Sequence[BlockLocation], bytes_per_block: int) -> list[Stage]:
     """Consecutive slots of one blob become one stage, capped at STAGE_BYTES; stages go in
     file order (eviction writes a run tail first, so its blob holds it backwards)."""
-    cap = max(1, STAGE_BYTES // bytes_per_block)
+    cap = stage_blocks(bytes_per_block)
     stages: list[Stage] = []
     order = sorted(range(len(locations)), key=lambda p: (locations[p].snapshot, locations[p].slot))
     for pos in order:
@@ -55,13 +56,23 @@ def plan(locations: Sequence[BlockLocation], bytes_per_block: int) -> list[Stage
     return stages
 
 
+def stage_blocks(bytes_per_block: int) -> int:
+    return max(1, STAGE_BYTES // bytes_per_block)
+
+
+def staging_buffers(bytes_per_block: int) -> np.ndarray:
+    """Host buffers restores read into, kept: fresh memory per stage costs a page fault per page.
+    DEPTH + 2 of them: one being filled, DEPTH published, one being copied."""
+    return np.empty((DEPTH + 2, stage_blocks(bytes_per_block), bytes_per_block), dtype=np.uint8)
+
+
 def restore(store: SnapshotStore, pool: BlockPool, locations: Sequence[BlockLocation], scope: bytes,
-            allocate: Callable[[int], list[int]]) -> list[int]:
+            allocate: Callable[[int], list[int]], staging: np.ndarray) -> list[int]:
     """Blocks holding the located K/V, in ``locations`` order; raises RestoreFailed having
     returned every block it took."""
     blobs = _open_all(store, locations, scope)
     stages = plan(locations, store.layout.bytes_per_block)
-    reader = _Reader(blobs, stages, store.layout.bytes_per_block)
+    reader = _Reader(blobs, stages, staging)
     blocks = np.full(len(locations), -1, dtype=np.int64)
     taken: list[int] = []
     try:
@@ -113,11 +124,12 @@ def _as_kv(data: np.ndarray, pool: BlockPool, n: int) -> torch.Tensor:
 
 
 class _Reader:
-    """Reads and verifies stages on its own thread, at most two ahead of the consumer."""
+    """Reads and verifies stages on its own thread, at most DEPTH ahead of the consumer."""
 
-    def __init__(self, blobs: dict[int, tuple[BinaryIO, BlobHeader]], stages: list[Stage], block_bytes: int):
-        self.blobs, self.stages, self.block_bytes = blobs, stages, block_bytes
-        self._out: queue.Queue = queue.Queue(maxsize=2)
+    def __init__(self, blobs: dict[int, tuple[BinaryIO, BlobHeader]], stages: list[Stage], staging: np.ndarray):
+        self.blobs, self.stages, self.staging = blobs, stages, staging
+        self.block_bytes = staging.shape[2]
+        self._out: queue.Queue = queue.Queue(maxsize=DEPTH)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="zllm-snapshot-reader", daemon=True)
         self._thread.start()
@@ -134,11 +146,11 @@ class _Reader:
         self._thread.join()
 
     def _run(self) -> None:
-        for stage in self.stages:
+        for i, stage in enumerate(self.stages):
             if self._stop.is_set():
                 return
             try:
-                item = (stage, self._read(stage))
+                item = (stage, self._read(stage, self.staging[i % len(self.staging)]))
             except RestoreFailed as exc:
                 item = exc
             except OSError as exc:
@@ -155,10 +167,10 @@ class _Reader:
             except queue.Full:
                 pass
 
-    def _read(self, stage: Stage) -> np.ndarray:
+    def _read(self, stage: Stage, buffer: np.ndarray) -> np.ndarray:
         f, header = self.blobs[stage.location.snapshot]
         n = len(stage.positions)
-        data = np.empty((n, self.block_bytes), dtype=np.uint8)
+        data = buffer[:n]
         f.seek(header.data_offset + stage.first_slot * self.block_bytes)
         if f.readinto(memoryview(data).cast("B")) != data.nbytes:
             raise RestoreFailed("short read", stage.location)

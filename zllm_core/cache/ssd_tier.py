@@ -59,6 +59,7 @@ class SSDTier:
         self.writer = SnapshotWriter(self.store, config.max_pending_bytes)
         self.stats = SSDStats()
         self._batch = max(1, BACKUP_BATCH_BYTES // pool.layout.bytes_per_block)
+        self._staging = snapshot_reader.staging_buffers(pool.layout.bytes_per_block)
 
     def holds(self, key: bytes) -> bool:
         """On disk, or queued to be."""
@@ -92,7 +93,7 @@ class SSDTier:
         """Pool blocks holding the located K/V, or None (every block returned) on failure."""
         start = time.perf_counter()
         try:
-            blocks = snapshot_reader.restore(self.store, self.pool, located, scope, allocate)
+            blocks = snapshot_reader.restore(self.store, self.pool, located, scope, allocate, self._staging)
         except RestoreFailed as exc:
             self.stats.failed_restores += 1
             if exc.bad is not None:
