@@ -8,9 +8,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from zllm_core.cache.block_pool import BlockPool, KVLayout
 from zllm_core.cache.snapshot_format import verify
 from zllm_core.cache.snapshot_store import SessionRecord, SnapshotStore
+from zllm_core.cache.ssd_tier import SSDConfig, SSDTier
 
 sys.path.insert(0, str(Path(__file__).parent))
 from crash_writer import BUDGET, LAYOUT, SCOPE, block_bytes  # noqa: E402
@@ -87,12 +90,15 @@ def test_session_records_keep_tokens_keys_and_rounds(tmp_path):
     assert store.latest_session(b"t" * 32, "conv") is None  # another scope never sees it
 
 
-def test_kill_9_during_heavy_writing_never_leaves_a_corrupt_block(tmp_path):
-    """50 rounds: a writer process killed at a random moment; every indexed block then reads
-    back exactly, nothing half-written is indexed, and what the crash left is collected."""
+def test_kill_9_during_heavy_writing_never_leaves_a_corrupt_restore(tmp_path):
+    """50 rounds: a writer process killed at a random moment, then every indexed block restored
+    into a real pool through the SSD tier: each is exact (no restore fails: nothing
+    half-written is ever indexed), and what the crash left is collected."""
     rng = random.Random(22)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    checked = 0
+    pool = BlockPool(KVLayout(LAYOUT.num_layers, LAYOUT.num_kv_heads, LAYOUT.head_dim, torch.float32,
+                              LAYOUT.block_size), BUDGET // LAYOUT.bytes_per_block)
+    restored = 0
     for _ in range(50):
         proc = subprocess.Popen([sys.executable, str(REPO / "tests/cache/crash_writer.py"), str(tmp_path)],
                                 env=env, stdout=subprocess.PIPE, text=True)
@@ -101,13 +107,14 @@ def test_kill_9_during_heavy_writing_never_leaves_a_corrupt_block(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         proc.stdout.close()
-        store = SnapshotStore(tmp_path, LAYOUT, BUDGET)
+        tier = SSDTier(pool, SSDConfig(str(tmp_path), BUDGET))
         assert not list((tmp_path / "blobs").glob("*.tmp"))
-        keys = list(store.keys)
-        for key, loc in zip(keys, store.locate(keys)):
-            header, data = read_block(store, loc)
-            assert header.keys[loc.slot] == key and verify(header, loc.slot, data)
-            assert np.array_equal(data, block_bytes(key))
-            checked += 1
-        store.close()
-    assert checked > 0
+        keys = list(tier.store.keys)
+        blocks = tier.restore(tier.locate(keys), SCOPE, pool.allocate) if keys else []
+        assert blocks is not None and tier.stats.failed_restores == 0
+        data = pool.gather(blocks).view(torch.uint8).reshape(len(blocks), -1).numpy()
+        assert all(np.array_equal(row, block_bytes(k)) for k, row in zip(keys, data))
+        restored += len(blocks)
+        pool.free(blocks)
+        tier.close()
+    assert restored > 0 and pool.is_empty()
