@@ -15,8 +15,7 @@ from zllm_core.cache.snapshot_format import verify
 from zllm_core.cache.snapshot_store import SessionRecord, SnapshotStore
 from zllm_core.cache.ssd_tier import SSDConfig, SSDTier
 
-sys.path.insert(0, str(Path(__file__).parent))
-from crash_writer import BUDGET, LAYOUT, SCOPE, block_bytes  # noqa: E402
+from crash_writer import BUDGET, LAYOUT, SCOPE, block_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 
