@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from zllm_core.cache.block_pool import BlockPool, KVLayout
@@ -26,6 +27,11 @@ def commit(store, n, seed):
     return keys
 
 
+def reopen(store):
+    store.close()
+    return SnapshotStore(store.dir, LAYOUT, store.budget_bytes)
+
+
 def read_block(store, location):
     f, header = store.open_blob(location, SCOPE)
     with f:
@@ -35,8 +41,9 @@ def read_block(store, location):
 
 
 def test_committed_blocks_are_found_again_after_reopening(tmp_path):
-    keys = commit(SnapshotStore(tmp_path, LAYOUT, BUDGET), 10, 1)
     store = SnapshotStore(tmp_path, LAYOUT, BUDGET)
+    keys = commit(store, 10, 1)
+    store = reopen(store)
     located = store.locate(keys + [b"x" * 32])
     assert [loc.slot for loc in located] == list(range(10))
     header, data = read_block(store, located[3])
@@ -54,7 +61,7 @@ def test_temporary_and_unindexed_blobs_are_collected_at_open(tmp_path):
     commit(store, 4, 3)
     (tmp_path / "blobs" / "000000000099.tmp").write_bytes(b"half a blob")
     (tmp_path / "blobs" / "000000000098.zkv").write_bytes(b"renamed, never indexed")
-    reopened = SnapshotStore(tmp_path, LAYOUT, BUDGET)
+    reopened = reopen(store)
     assert reopened.orphans_collected == 2
     assert sorted(p.name for p in (tmp_path / "blobs").iterdir()) == ["000000000001.zkv"]
 
@@ -63,7 +70,7 @@ def test_an_index_row_whose_blob_vanished_is_dropped_at_open(tmp_path):
     store = SnapshotStore(tmp_path, LAYOUT, BUDGET)
     keys = commit(store, 4, 4)
     store.blob_path(1).unlink()
-    assert SnapshotStore(tmp_path, LAYOUT, BUDGET).locate(keys) == []
+    assert reopen(store).locate(keys) == []
 
 
 def test_the_budget_drops_the_least_recently_used_blob(tmp_path):
@@ -83,10 +90,30 @@ def test_session_records_keep_tokens_keys_and_rounds(tmp_path):
     for rnd in range(6):
         store.put_session(SessionRecord(SCOPE, "conv", np.arange(8 + rnd, dtype=np.int32),
                                         (b"k" * 32, b"j" * 32), parent=rnd - 1 if rnd else None, round=rnd))
-    latest = SnapshotStore(tmp_path, LAYOUT, BUDGET).latest_session(SCOPE, "conv")
+    store = reopen(store)
+    latest = store.latest_session(SCOPE, "conv")
     assert latest.round == 5 and latest.parent == 4 and latest.keys == (b"k" * 32, b"j" * 32)
     assert np.array_equal(latest.tokens, np.arange(13))
     assert store.latest_session(b"t" * 32, "conv") is None  # another scope never sees it
+
+
+def test_one_process_at_a_time_holds_a_directory(tmp_path):
+    store = SnapshotStore(tmp_path, LAYOUT, BUDGET)
+    with pytest.raises(RuntimeError, match="in use by another process"):
+        SnapshotStore(tmp_path, LAYOUT, BUDGET)
+    reopen(store).close()
+
+
+def test_an_index_row_naming_another_blocks_slot_is_refused(tmp_path):
+    store = SnapshotStore(tmp_path, LAYOUT, BUDGET)
+    keys = commit(store, 4, 9)
+    store._db().execute("UPDATE blocks SET slot = 2 WHERE key = ?", (keys[0],))  # the index lies
+    pool = BlockPool(KVLayout(2, 1, 8, torch.float32, 4), 8)
+    store.close()
+    tier = SSDTier(pool, SSDConfig(str(tmp_path), BUDGET))
+    assert tier.restore(tier.locate(keys[:1]), SCOPE, pool.allocate) is None
+    assert tier.stats.quarantined == 1 and pool.num_free == 8
+    tier.close()
 
 
 def test_kill_9_during_heavy_writing_never_leaves_a_corrupt_restore(tmp_path):

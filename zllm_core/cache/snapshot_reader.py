@@ -99,8 +99,11 @@ def _open_all(store: SnapshotStore, locations: Sequence[BlockLocation],
         for loc in locations:
             if loc.snapshot not in blobs:
                 blobs[loc.snapshot] = _open(store, loc, scope)
-            if loc.slot >= blobs[loc.snapshot][1].num_blocks:
-                raise RestoreFailed(f"slot {loc.slot} beyond the blob's blocks", loc)
+            header = blobs[loc.snapshot][1]
+            # The index and the blob must name the same block: checksums are seeded with the
+            # blob's own keys, so only this catches a blob that is not the one indexed.
+            if loc.slot >= header.num_blocks or header.keys[loc.slot] != loc.key:
+                raise RestoreFailed(f"slot {loc.slot} of blob {loc.generation} holds another block", loc)
     except BaseException:
         for f, _ in blobs.values():
             f.close()

@@ -13,6 +13,7 @@ Torch-free: a test's writer process imports only this, numpy and xxhash.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import threading
@@ -44,6 +45,7 @@ SESSION_ROUNDS = 4
 
 @dataclass(frozen=True)
 class BlockLocation:
+    key: bytes
     snapshot: int
     generation: int
     slot: int
@@ -66,6 +68,7 @@ class SnapshotStore:
         self.quarantined = self.dir / "quarantine"
         for d in (self.blobs, self.quarantined):
             d.mkdir(parents=True, exist_ok=True)
+        self._dir_lock = _lock(self.dir)
         self.layout = layout
         self.budget_bytes = budget_bytes
         self._local = threading.local()
@@ -178,7 +181,7 @@ class SnapshotStore:
             rows = self._db().execute(
                 "SELECT b.key, b.snapshot, s.generation, b.slot FROM blocks b JOIN snapshots s ON s.id = b.snapshot "
                 f"WHERE b.key IN ({','.join('?' * len(batch))})", batch)
-            found.update((k, BlockLocation(s, g, slot)) for k, s, g, slot in rows)
+            found.update((k, BlockLocation(k, s, g, slot)) for k, s, g, slot in rows)
         out = []
         for key in keys[:run]:  # a blob dropped since the set was read ends the run
             if key not in found:
@@ -233,10 +236,13 @@ class SnapshotStore:
         return removed
 
     def close(self) -> None:
+        """Close this thread's connection and give up the directory."""
         db = getattr(self._local, "db", None)
         if db is not None:
             db.close()
             self._local.db = None
+        if not self._dir_lock.closed:
+            self._dir_lock.close()
 
 
 class _transaction:
@@ -248,6 +254,19 @@ class _transaction:
 
     def __exit__(self, exc_type, *_):
         self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _lock(directory: Path):
+    """One process per directory: a second one's orphan collection would take the first's
+    blobs in flight, and both would number generations alike. The kernel releases it when
+    the holder dies, kill -9 included."""
+    f = open(directory / "lock", "a")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise RuntimeError(f"{directory} is in use by another process (one server per SSD cache directory)") from None
+    return f
 
 
 def _fsync_dir(path: Path) -> None:
