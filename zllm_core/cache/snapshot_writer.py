@@ -52,7 +52,7 @@ class SnapshotWriter:
         self._thread.start()
 
     def put(self, item: Union[BlockBackup, SessionRecord]) -> None:
-        size = item.data.nbytes if isinstance(item, BlockBackup) else 0
+        size = _nbytes(item)
         with self._cond:
             if self._pending_bytes and self._pending_bytes + size > self.max_pending_bytes:
                 self.stats.waits += 1
@@ -103,6 +103,7 @@ class SnapshotWriter:
         for item in batch:  # after the blocks they name are indexed
             if isinstance(item, SessionRecord):
                 self._guarded(self.store.put_session, item)
+                self._done((), _nbytes(item))
 
     def _commit(self, scope: bytes, group: list[BlockBackup]) -> None:
         keys = [k for item in group for k in item.keys]
@@ -110,9 +111,12 @@ class SnapshotWriter:
         if self._guarded(self.store.commit, scope, keys, data):
             self.stats.blobs += 1
             self.stats.bytes_written += data.nbytes
+        self._done(keys, data.nbytes)
+
+    def _done(self, keys: list[bytes] | tuple, nbytes: int) -> None:
         with self._cond:
             self.pending_keys.difference_update(keys)
-            self._pending_bytes -= data.nbytes
+            self._pending_bytes -= nbytes
             self._cond.notify_all()
 
     def _guarded(self, fn, *args) -> bool:
@@ -124,6 +128,11 @@ class SnapshotWriter:
             self.stats.write_errors += 1
             log.exception("snapshot write failed")
             return False
+
+
+def _nbytes(item: Union[BlockBackup, SessionRecord]) -> int:
+    """What an item holds in host memory while queued: the bound counts it all."""
+    return item.data.nbytes if isinstance(item, BlockBackup) else item.tokens.nbytes
 
 
 def _groups(items: list[BlockBackup]) -> list[list[BlockBackup]]:
