@@ -72,3 +72,16 @@ def test_a_block_repeated_in_one_call_is_refused_and_nothing_changes():
     with pytest.raises(ValueError, match="appears twice"):
         pool.free([a, b, a])
     assert pool.ref_counts[a] == 1 and pool.ref_counts[b] == 1 and pool.num_free == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_gathered_blocks_scatter_back_bit_for_bit_in_every_dtype(dtype):
+    layout = KVLayout(num_layers=2, num_kv_heads=2, head_dim=4, dtype=dtype, block_size=4)
+    src, dst = BlockPool(layout, 10), BlockPool(layout, 10)
+    for k, v in src.kv_caches:
+        k.normal_()
+        v.normal_()
+    kv = src.gather([3, 1, 7])
+    assert kv.shape == (3, 2, 2, 4, 2, 4) and torch.equal(kv[1, 1, 0], src.kv_caches[1][0][1])
+    dst.scatter([0, 5, 2], kv)
+    assert torch.equal(dst.gather([0, 5, 2]), kv) and torch.equal(dst.kv_caches[0][1][2], src.kv_caches[0][1][7])

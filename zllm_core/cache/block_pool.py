@@ -117,6 +117,49 @@ class BlockPool:
             raise ValueError("a block appears twice in one call")
         return ids
 
+    def gather(self, block_ids: Sequence[int]) -> torch.Tensor:
+        """K and V of the blocks as one tensor [n, layers, 2, block_size, kv_heads, head_dim]:
+        each block's bytes contiguous, the order a snapshot stores them in."""
+        host = self._host_views()
+        if host is None:
+            ids = self._index_tensor(block_ids)
+            return torch.stack([torch.stack((k.index_select(0, ids), v.index_select(0, ids)), 1)
+                                for k, v in self.kv_caches], 1)
+        ids = np.asarray(block_ids, dtype=np.intp)
+        out = np.empty((len(ids), len(host), 2, *host[0][0].shape[1:]), dtype=host[0][0].dtype)
+        for layer, (k, v) in enumerate(host):
+            out[:, layer, 0] = k[ids]
+            out[:, layer, 1] = v[ids]
+        return torch.from_numpy(out).view(self.layout.dtype)
+
+    def scatter(self, block_ids: Sequence[int], kv: torch.Tensor) -> None:
+        """Write ``kv`` (the shape `gather` returns) into the blocks."""
+        host = self._host_views()
+        if host is None:
+            ids = self._index_tensor(block_ids)
+            kv = kv.to(self.kv_caches[0][0].device)
+            for layer, (k, v) in enumerate(self.kv_caches):
+                k.index_copy_(0, ids, kv[:, layer, 0])
+                v.index_copy_(0, ids, kv[:, layer, 1])
+            return
+        ids = np.asarray(block_ids, dtype=np.intp)
+        src = kv.view(_same_size_int(kv.dtype)).numpy()
+        for layer, (k, v) in enumerate(host):
+            k[ids] = src[:, layer, 0]
+            v[ids] = src[:, layer, 1]
+
+    def _host_views(self) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """On the CPU, the K/V tensors as numpy integers of the same width: block copies with
+        numpy's fancy indexing run ~9x faster than torch's strided index_copy_, and as integers
+        every dtype (bfloat16 too) copies bit for bit."""
+        if self.kv_caches[0][0].device.type != "cpu":
+            return None
+        as_int = _same_size_int(self.layout.dtype)
+        return [(k.view(as_int).numpy(), v.view(as_int).numpy()) for k, v in self.kv_caches]
+
+    def _index_tensor(self, block_ids: Sequence[int]) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(block_ids, dtype=np.int64), device=self.kv_caches[0][0].device)
+
     def fork(self, block_ids: list[int]) -> list[int]:
         """A second owner of the same blocks (e.g. a branch of a conversation): no copy."""
         self.incref(block_ids)
@@ -132,3 +175,7 @@ class BlockPool:
             v[new].copy_(v[block_id])
         self.free([block_id])
         return new
+
+
+def _same_size_int(dtype: torch.dtype) -> torch.dtype:
+    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[torch.empty((), dtype=dtype).element_size()]

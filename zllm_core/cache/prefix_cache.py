@@ -3,8 +3,9 @@
 Lookup order for a new request: its exact cache id (``prompt_cache_key``,
 ``previous_response_id``, a session header) verified token by token against the stored
 terminal state -- an id is a hint, never proof -- then the longest chained-key prefix in
-the index, then cold.  A match never covers the final prompt token: the model must run at
-least one position to produce the next token's logits.
+the index, then the SSD tier (its exact cache id, then its longest run of keys) restored
+after the device blocks, then cold.  A match never covers the final prompt token: the model
+must run at least one position to produce the next token's logits.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import numpy as np
 from zllm_core.cache.block_hash import chain_keys
 from zllm_core.cache.block_pool import BlockPool
 from zllm_core.cache.prefix_index import PrefixIndex
+from zllm_core.cache.snapshot_store import SessionRecord
+from zllm_core.cache.ssd_tier import SSDTier
 from zllm_core.cache.terminal_sessions import TerminalSession, TerminalSessions
 from zllm_core.cache.token_ids import TokenIds, common_prefix, token_array
 
@@ -39,7 +42,7 @@ class CacheRequest:
 class PrefixMatch:
     blocks: list[int]
     num_tokens: int
-    kind: str  # "exact_id" | "longest_prefix" | "cold"
+    kind: str  # "exact_id" | "longest_prefix" | "ssd_exact_id" | "ssd_longest_prefix" | "cold"
 
 
 @dataclass(frozen=True)
@@ -75,11 +78,12 @@ class _Live:
 
 class PrefixCache:
     def __init__(self, pool: BlockPool, hash_algo: str = "sha256", max_rounds: int = 4,
-                 describe: Callable[[Sequence[int]], str] = repr):
+                 describe: Callable[[Sequence[int]], str] = repr, ssd: Optional[SSDTier] = None):
         self.pool = pool
         self.block_size = pool.block_size
         self.hash_algo = hash_algo
-        self.index = PrefixIndex(pool)
+        self.ssd = ssd
+        self.index = PrefixIndex(pool, on_evict=ssd.backup if ssd is not None else None)
         self.sessions = TerminalSessions(max_rounds)
         self.stats = CacheStats()
         self.near_misses: list[NearMiss] = []
@@ -94,11 +98,12 @@ class PrefixCache:
     # -- lookup -------------------------------------------------------------------------
 
     def match(self, request_id: str, tokens: TokenIds, request: CacheRequest,
-              count: bool = True) -> PrefixMatch:
+              count: bool = True, room: Optional[int] = None) -> PrefixMatch:
         """Find and adopt the longest reusable prefix of ``tokens``.
 
         ``count`` is false when a preempted or deferred request matches again, so the
-        hit-rate counters see each request once."""
+        hit-rate counters see each request once. ``room`` is how many blocks the request may
+        newly take now; the SSD tier restores only for a prompt that fits in it."""
         tokens = token_array(tokens)
         usable = (len(tokens) - 1) // self.block_size  # full blocks before the final token
         # Diagnostics run once per request, not again when a deferred request re-matches.
@@ -106,6 +111,9 @@ class PrefixCache:
                  or self._match_longest(tokens, request, usable, count))
         keys, blocks, kind, parent = found
         self.index.adopt(blocks)
+        fits = room is None or -(-len(tokens) // self.block_size) - len(blocks) <= room
+        if self.ssd is not None and len(blocks) < usable and fits:
+            keys, blocks, kind = self._restore(tokens, request, usable, keys, blocks, kind)
         self._live[request_id] = _Live(request, keys[:len(blocks)], len(blocks), parent)
         n = len(blocks) * self.block_size
         if count:
@@ -184,6 +192,40 @@ class PrefixCache:
             blocks += self.index.lookup(more)
             step *= 2
 
+    def _restore(self, tokens: np.ndarray, request: CacheRequest, usable: int, keys: list[bytes],
+                 blocks: list[int], kind: str) -> tuple[list[bytes], list[int], str]:
+        """Extend the device blocks with the SSD tier's run after them, restored into the pool."""
+        keys, ssd_kind = self._ssd_keys(tokens, request, usable, keys, len(blocks))
+        located = self.ssd.locate(keys[len(blocks):usable])
+        restored = self.ssd.restore(located, request.scope, self._take) if located else None
+        if not restored:
+            return keys, blocks, kind
+        self.index.register(keys[len(blocks):len(blocks) + len(restored)], restored, request.scope)
+        return keys, blocks + restored, ssd_kind
+
+    def _ssd_keys(self, tokens: np.ndarray, request: CacheRequest, usable: int, keys: list[bytes],
+                  resident: int) -> tuple[list[bytes], str]:
+        """The request's keys up to ``usable`` blocks, and how the SSD lookup is made: first by an
+        SSD session record with the request's cache id, which supplies the keys of the tokens it
+        shares (verified token by token) past the ``resident`` blocks; the rest are hashed."""
+        kind = "ssd_longest_prefix"
+        record = self.ssd.session(request.scope, request.cache_id) if request.cache_id is not None else None
+        if record is not None:
+            shared = min(common_prefix(record.tokens, tokens) // self.block_size, usable, len(record.keys))
+            if shared > resident:
+                keys, kind = list(record.keys[:shared]) + keys[shared:], "ssd_exact_id"
+        if len(keys) < usable:
+            keys = keys + self.keys(tokens[len(keys) * self.block_size:usable * self.block_size],
+                                    request.scope, keys[-1] if keys else b"")
+        return keys, kind
+
+    def _take(self, n: int) -> list[int]:
+        """Blocks for a restore: evict unused (backed-up) state first, then allocate."""
+        short = n - self.pool.num_free
+        if short > 0:
+            self.index.evict(short)
+        return self.pool.allocate(n)
+
     def _check_near_miss(self, tokens: np.ndarray, session: TerminalSession, shared: int) -> None:
         """Log a request that shares most of a resident prefix but forks before its end."""
         total = len(session.tokens)
@@ -214,7 +256,8 @@ class PrefixCache:
             start = len(live.keys) * self.block_size
             new_blocks = token_array(tokens)[start:full * self.block_size]
             live.keys += self.keys(new_blocks, live.request.scope, parent)
-        self.index.register(live.keys[live.registered:full], block_table[live.registered:full])
+        self.index.register(live.keys[live.registered:full], block_table[live.registered:full],
+                            live.request.scope)
         live.registered = max(live.registered, full)
 
     def release(self, request_id: str, blocks: Sequence[int], tokens: Optional[TokenIds] = None) -> None:
@@ -222,12 +265,29 @@ class PrefixCache:
         finished successfully and its terminal state stays resident for the next turn."""
         live = self._live.pop(request_id, None)
         if live is not None and tokens is not None:
-            self.sessions.record(live.request.cache_id, live.request.scope, tokens,
-                                 live.keys[:live.registered], live.parent)
+            session = self.sessions.record(live.request.cache_id, live.request.scope, tokens,
+                                           live.keys[:live.registered], live.parent)
+            if self.ssd is not None and session.cache_id is not None:
+                self.ssd.record_session(SessionRecord(session.scope, session.cache_id, session.tokens,
+                                                      session.keys, session.parent, session.round))
         self.index.released(blocks)
 
     def evict(self, n: int) -> int:
         return self.index.evict(n)
+
+    def persist(self) -> None:
+        """Back up every indexed block the SSD tier lacks, and wait until it is on disk."""
+        entries = self.index.entries()
+        if entries:
+            scopes, keys, blocks = map(list, zip(*entries))
+            self.ssd.backup(scopes, keys, blocks)
+        self.ssd.writer.flush()
+
+    def close(self) -> None:
+        """Graceful shutdown: resident state to the SSD tier, which then closes."""
+        if self.ssd is not None:
+            self.persist()
+            self.ssd.close()
 
     def clear(self) -> None:
         self.index.clear()

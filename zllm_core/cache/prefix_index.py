@@ -2,23 +2,30 @@
 
 The index holds one pool reference on every block it maps; a block whose only reference
 is the index's is unused and may be evicted, least recently used first.  The index knows
-keys and block ids, never tokens' meaning.
+keys and block ids, never tokens' meaning.  An eviction hook (the SSD tier's backup) sees
+every victim's key, scope and block while its K/V is still in the pool.
 """
 from __future__ import annotations
 
 from collections import deque
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from zllm_core.cache.block_pool import BlockPool
 
 
+# (scopes, keys, blocks) of blocks about to be evicted
+EvictHook = Callable[[list[bytes], list[bytes], list[int]], None]
+
+
 class PrefixIndex:
-    def __init__(self, pool: BlockPool):
+    def __init__(self, pool: BlockPool, on_evict: Optional[EvictHook] = None):
         self.pool = pool
+        self.on_evict = on_evict
         self._block_of: dict[bytes, int] = {}
         self._key_of: dict[int, bytes] = {}
+        self._scope_of: dict[int, bytes] = {}
         self._indexed = np.zeros(pool.num_blocks, dtype=bool)
         # Eviction order: releases oldest first, each a user's indexed blocks tail first. A
         # block counts at its latest release only, so releasing a 300K-token context is a few
@@ -43,7 +50,7 @@ class PrefixIndex:
         Eviction skips them while they are in use; their next release queues them again."""
         self.pool.incref(blocks)
 
-    def register(self, keys: Sequence[bytes], blocks: Sequence[int]) -> None:
+    def register(self, keys: Sequence[bytes], blocks: Sequence[int], scope: bytes = b"") -> None:
         """Index newly completed full blocks (still in use by the sequence that filled them)."""
         new = []
         for key, block in zip(keys, blocks):
@@ -51,6 +58,7 @@ class PrefixIndex:
                 continue  # an identical block is already indexed; this copy stays private
             self._block_of[key] = block
             self._key_of[block] = key
+            self._scope_of[block] = scope
             new.append(block)
         if new:  # most engine steps complete no block
             self._indexed[new] = True
@@ -91,8 +99,11 @@ class PrefixIndex:
                 break
             block = int(ids[i])
             if self.pool.ref_counts[block] == 1:  # else adopted again: its release requeues it
-                self._unindex(block)
                 victims.append(block)
+        if victims and self.on_evict is not None:
+            self.on_evict([self._scope_of[b] for b in victims], [self._key_of[b] for b in victims], victims)
+        for block in victims:
+            self._unindex(block)
         self.pool.free(victims)
         return len(victims)
 
@@ -116,6 +127,10 @@ class PrefixIndex:
             if ids.size:
                 self._enqueue(clock, ids)
 
+    def entries(self) -> list[tuple[bytes, bytes, int]]:
+        """(scope, key, block) of every indexed block."""
+        return [(self._scope_of[b], k, b) for b, k in self._key_of.items()]
+
     def num_evictable(self) -> int:
         return sum(self.pool.ref_counts[b] == 1 for b in self._key_of)
 
@@ -131,4 +146,5 @@ class PrefixIndex:
     def _unindex(self, block: int) -> None:
         """Forget the block's key; the caller drops the index's reference."""
         del self._block_of[self._key_of.pop(block)]
+        del self._scope_of[block]
         self._indexed[block] = False

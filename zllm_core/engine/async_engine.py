@@ -115,6 +115,8 @@ class AsyncEngine:
         self._closed = True
         self._wake.set()
         self._thread.join(timeout=10)
+        if not self._thread.is_alive():  # the engine is ours alone again
+            self.engine.close()
 
     # -- engine thread ------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import torch
 from zllm_core.cache.block_pool import BlockPool, KVLayout
 from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
 from zllm_core.cache.scope import CacheHint, Scope, model_manifest, tokenizer_manifest
+from zllm_core.cache.ssd_tier import SSDConfig, SSDTier
 from zllm_core.cache.token_ids import TokenIds
 from zllm_core.engine.detokenizer import StreamDetokenizer
 from zllm_core.engine.device import resolve_device
@@ -39,6 +40,8 @@ class EngineConfig:
     attention_backend: str = "auto"
     enable_prefix_cache: bool = True
     block_hash: str = "sha256"  # or "fast128"
+    ssd_cache_dir: Optional[str] = None  # the prefix cache's SSD tier; None: off
+    ssd_cache_bytes: int = 64 << 30
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,9 @@ class LLMEngine:
         self.cache = None
         if config.enable_prefix_cache:
             describe = tokenizer.decode if tokenizer is not None else repr
-            self.cache = PrefixCache(self.pool, config.block_hash, describe=describe)
+            ssd = (SSDTier(self.pool, SSDConfig(config.ssd_cache_dir, config.ssd_cache_bytes))
+                   if config.ssd_cache_dir else None)
+            self.cache = PrefixCache(self.pool, config.block_hash, describe=describe, ssd=ssd)
         sched_config = SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens)
         self.scheduler = Scheduler(self.pool, sched_config, self.cache)
         self.runner = ModelRunner(model, self.pool, select_backend(self.device, config.attention_backend), self.device)
@@ -172,7 +177,13 @@ class LLMEngine:
                 "hashed_blocks": stats.hashed_blocks,
                 "evictions": self.cache.index.num_evicted, "indexed_blocks": len(self.cache.index),
             }
+        out["ssd"] = self.cache.ssd.metrics() if self.cache is not None and self.cache.ssd else None
         return out
+
+    def close(self) -> None:
+        """Graceful shutdown: the prefix cache backs its resident state up to the SSD tier."""
+        if self.cache is not None:
+            self.cache.close()
 
     # -- the step ---------------------------------------------------------------------
 

@@ -196,17 +196,20 @@ class Scheduler:
     def _prefill_chunk(self, seq: Sequence, budget: int) -> Optional[Chunk]:
         if budget <= 0:
             return None
+        # Admitting new work keeps one block per decoding sequence free, so the next
+        # decode round grows without preempting what was just admitted.
+        reserve = sum(s.num_uncomputed == 1 for s in self.running) if seq.status is Status.WAITING else 0
         if not seq.block_table and self.cache is not None and seq.cache is not None:
-            hit = self.cache.match(seq.request_id, seq.token_ids, seq.cache, count=not seq.matched)
+            # What running sequences hold is not reclaimable; everything else is (free, or
+            # unused cache blocks the cache evicts, backing them up, before it admits).
+            room = self.pool.num_blocks - sum(len(s.block_table) for s in self.running) - reserve
+            hit = self.cache.match(seq.request_id, seq.token_ids, seq.cache, count=not seq.matched, room=room)
             seq.block_table = hit.blocks
             seq.num_computed = hit.num_tokens
             if not seq.matched:  # what the client is told was cached: its first admission
                 seq.num_cached = hit.num_tokens
                 seq.matched = True
         length = min(seq.num_uncomputed, budget)
-        # Admitting new work keeps one block per decoding sequence free, so the next
-        # decode round grows without preempting what was just admitted.
-        reserve = sum(s.num_uncomputed == 1 for s in self.running) if seq.status is Status.WAITING else 0
         if not self._grow(seq, seq.num_computed + length, reserve):
             if seq.status is Status.WAITING:
                 self._release(seq)  # not admitted: hold nothing while waiting

@@ -16,6 +16,20 @@ def default_store_path() -> str:
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def byte_size(text: str) -> int:
+    """``1073741824``, ``512M``, ``64G`` (binary units; a trailing B or iB is allowed)."""
+    body = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = body[-1:] if body[-1:] in _UNITS else ""
+    try:
+        value = int(float(body[:len(body) - len(unit)]) * _UNITS[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a byte size (e.g. 4G, 512M, 1048576)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
 
 
 def add_serve_parser(sub) -> None:
@@ -36,6 +50,12 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--loop-guard", action="store_true",
                    help="break token loops in generations (and end turns that keep looping)")
+    p.add_argument("--kv-cache-bytes", type=byte_size, default=None,
+                   help="device KV cache budget, e.g. 8G (default: the engine's, 1G)")
+    p.add_argument("--ssd-cache-dir", default=None,
+                   help="directory of the prefix cache's SSD tier (off when not given)")
+    p.add_argument("--ssd-cache-bytes", type=byte_size, default=64 << 30,
+                   help="SSD tier budget, least recently used snapshots evicted past it (default 64G)")
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS,
                    help="info logs one access line per request")
     p.set_defaults(func=run_serve)
@@ -78,6 +98,10 @@ def run_serve(args: argparse.Namespace) -> int:
     engine_config = {"device": device}
     if args.max_model_len:
         engine_config["max_model_len"] = args.max_model_len
+    if args.kv_cache_bytes:
+        engine_config["kv_cache_bytes"] = args.kv_cache_bytes
+    if args.ssd_cache_dir:
+        engine_config.update(ssd_cache_dir=args.ssd_cache_dir, ssd_cache_bytes=args.ssd_cache_bytes)
     engine = AsyncEngine.from_model(args.model, **engine_config)
     model_dir = resolve_model_dir(args.model)
     config = ServerConfig(

@@ -52,6 +52,8 @@ class _Counters:
         yield _gauge("zllm_kv_cache_bytes", "Bytes allocated for the KV cache", e["blocks"]["allocated_bytes"])
         if e["cache"] is not None:
             yield from _prefix_cache(e["cache"])
+        if e.get("ssd") is not None:
+            yield from _ssd_tier(e["ssd"])
         yield from _tokenizer(self.tokenizer())
 
 
@@ -67,6 +69,21 @@ def _prefix_cache(c: dict[str, Any]) -> Iterator[Metric]:
                    c["near_misses"])
     yield _counter("zllm_prefix_cache_evictions", "Blocks evicted from the prefix index", c["evictions"])
     yield _gauge("zllm_prefix_cache_indexed_blocks", "Blocks held by the prefix index", c["indexed_blocks"])
+
+
+def _ssd_tier(s: dict[str, float]) -> Iterator[Metric]:
+    yield _counter("zllm_ssd_cache_hits", "Lookups restored from the SSD tier", s["hits"])
+    yield _counter("zllm_ssd_cache_restored_tokens", "Prompt tokens restored from the SSD tier", s["restored_tokens"])
+    yield _counter("zllm_ssd_cache_read_bytes", "Snapshot bytes restored into the KV pool", s["bytes_read"])
+    yield _counter("zllm_ssd_cache_written_bytes", "Snapshot bytes written and indexed", s["bytes_written"])
+    yield _counter("zllm_ssd_cache_restore_seconds", "Time spent restoring (divide by hits for the mean)",
+                   s["restore_seconds"])
+    yield _counter("zllm_ssd_cache_failed_restores", "Restores abandoned (bad blob, dropped blob, no room)",
+                   s["failed_restores"])
+    yield _counter("zllm_ssd_cache_quarantined", "Snapshots that failed validation and were quarantined",
+                   s["quarantined"])
+    yield _counter("zllm_ssd_cache_write_errors", "Snapshot writes that failed", s["write_errors"])
+    yield _gauge("zllm_ssd_cache_stored_blocks", "Blocks indexed on the SSD tier", s["stored_blocks"])
 
 
 def _tokenizer(t: dict[str, float]) -> Iterator[Metric]:

@@ -1,0 +1,146 @@
+"""Snapshots on disk: the commit boundary, orphans, the LRU budget, and kill -9 mid-write."""
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from zllm_core.cache.block_pool import BlockPool, KVLayout
+from zllm_core.cache.snapshot_format import verify
+from zllm_core.cache.snapshot_store import SessionRecord, SnapshotStore
+from zllm_core.cache.ssd_tier import SSDConfig, SSDTier
+
+from crash_writer import BUDGET, LAYOUT, SCOPE, block_bytes
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def commit(store, n, seed):
+    keys = [bytes([seed, i]) * 16 for i in range(n)]
+    store.commit(SCOPE, keys, np.stack([block_bytes(k) for k in keys]))
+    return keys
+
+
+def reopen(store):
+    store.close()
+    return SnapshotStore(store.dir, LAYOUT, store.budget_bytes)
+
+
+def read_block(store, location):
+    f, header = store.open_blob(location, SCOPE)
+    with f:
+        f.seek(header.data_offset + location.slot * LAYOUT.bytes_per_block)
+        data = np.frombuffer(f.read(LAYOUT.bytes_per_block), dtype=np.uint8)
+    return header, data
+
+
+def test_committed_blocks_are_found_again_after_reopening(tmp_path):
+    store = SnapshotStore(tmp_path, LAYOUT, BUDGET)
+    keys = commit(store, 10, 1)
+    store = reopen(store)
+    located = store.locate(keys + [b"x" * 32])
+    assert [loc.slot for loc in located] == list(range(10))
+    header, data = read_block(store, located[3])
+    assert verify(header, 3, data) and np.array_equal(data, block_bytes(keys[3]))
+
+
+def test_the_leading_run_stops_at_the_first_key_not_on_disk(tmp_path):
+    store = SnapshotStore(tmp_path, LAYOUT, BUDGET)
+    keys = commit(store, 6, 2)
+    assert len(store.locate(keys[:2] + [b"y" * 32] + keys[2:])) == 2
+
+
+def test_temporary_and_unindexed_blobs_are_collected_at_open(tmp_path):
+    store = SnapshotStore(tmp_path, LAYOUT, BUDGET)
+    commit(store, 4, 3)
+    (tmp_path / "blobs" / "000000000099.tmp").write_bytes(b"half a blob")
+    (tmp_path / "blobs" / "000000000098.zkv").write_bytes(b"renamed, never indexed")
+    reopened = reopen(store)
+    assert reopened.orphans_collected == 2
+    assert sorted(p.name for p in (tmp_path / "blobs").iterdir()) == ["000000000001.zkv"]
+
+
+def test_an_index_row_whose_blob_vanished_is_dropped_at_open(tmp_path):
+    store = SnapshotStore(tmp_path, LAYOUT, BUDGET)
+    keys = commit(store, 4, 4)
+    store.blob_path(1).unlink()
+    assert reopen(store).locate(keys) == []
+
+
+def test_the_budget_drops_the_least_recently_used_blob(tmp_path):
+    store = SnapshotStore(tmp_path, LAYOUT, 7 * 20 * LAYOUT.bytes_per_block)  # 3 blobs and their headers
+    first, second = commit(store, 40, 5), commit(store, 40, 6)
+    store.touch([1])  # the first was restored since: the second is now the older
+    time.sleep(0.01)
+    commit(store, 40, 7)
+    commit(store, 40, 8)
+    assert len(store.locate(first)) == 40 and store.locate(second) == []
+    assert not store.blob_path(2).exists()
+    assert store.num_bytes() <= store.budget_bytes
+
+
+def test_session_records_keep_tokens_keys_and_rounds(tmp_path):
+    store = SnapshotStore(tmp_path, LAYOUT, BUDGET)
+    for rnd in range(6):
+        store.put_session(SessionRecord(SCOPE, "conv", np.arange(8 + rnd, dtype=np.int32),
+                                        (b"k" * 32, b"j" * 32), parent=rnd - 1 if rnd else None, round=rnd))
+    store = reopen(store)
+    latest = store.latest_session(SCOPE, "conv")
+    assert latest.round == 5 and latest.parent == 4 and latest.keys == (b"k" * 32, b"j" * 32)
+    assert np.array_equal(latest.tokens, np.arange(13))
+    assert store.latest_session(b"t" * 32, "conv") is None  # another scope never sees it
+
+
+def test_one_process_at_a_time_holds_a_directory(tmp_path):
+    store = SnapshotStore(tmp_path, LAYOUT, BUDGET)
+    with pytest.raises(RuntimeError, match="in use by another process"):
+        SnapshotStore(tmp_path, LAYOUT, BUDGET)
+    reopen(store).close()
+
+
+def test_an_index_row_naming_another_blocks_slot_is_refused(tmp_path):
+    store = SnapshotStore(tmp_path, LAYOUT, BUDGET)
+    keys = commit(store, 4, 9)
+    store._db().execute("UPDATE blocks SET slot = 2 WHERE key = ?", (keys[0],))  # the index lies
+    pool = BlockPool(KVLayout(2, 1, 8, torch.float32, 4), 8)
+    store.close()
+    tier = SSDTier(pool, SSDConfig(str(tmp_path), BUDGET))
+    assert tier.restore(tier.locate(keys[:1]), SCOPE, pool.allocate) is None
+    assert tier.stats.quarantined == 1 and pool.num_free == 8
+    tier.close()
+
+
+def test_kill_9_during_heavy_writing_never_leaves_a_corrupt_restore(tmp_path):
+    """50 rounds: a writer process killed at a random moment, then every indexed block restored
+    into a real pool through the SSD tier: each is exact (no restore fails: nothing
+    half-written is ever indexed), and what the crash left is collected."""
+    rng = random.Random(22)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    pool = BlockPool(KVLayout(LAYOUT.num_layers, LAYOUT.num_kv_heads, LAYOUT.head_dim, torch.float32,
+                              LAYOUT.block_size), BUDGET // LAYOUT.bytes_per_block)
+    restored = 0
+    for _ in range(50):
+        proc = subprocess.Popen([sys.executable, str(REPO / "tests/cache/crash_writer.py"), str(tmp_path)],
+                                env=env, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(0.0, 0.25))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        tier = SSDTier(pool, SSDConfig(str(tmp_path), BUDGET))
+        assert not list((tmp_path / "blobs").glob("*.tmp"))
+        keys = list(tier.store.keys)
+        blocks = tier.restore(tier.locate(keys), SCOPE, pool.allocate) if keys else []
+        assert blocks is not None and tier.stats.failed_restores == 0
+        data = pool.gather(blocks).view(torch.uint8).reshape(len(blocks), -1).numpy()
+        assert all(np.array_equal(row, block_bytes(k)) for k, row in zip(keys, data))
+        restored += len(blocks)
+        pool.free(blocks)
+        tier.close()
+    assert restored > 0 and pool.is_empty()
