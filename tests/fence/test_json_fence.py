@@ -65,3 +65,37 @@ def test_unenforceable_schemas_name_the_keyword(schema, keyword):
     with pytest.raises(UnsupportedSchema) as e:
         value_expr(schema)
     assert e.value.keyword == keyword
+
+
+@pytest.mark.parametrize("schema, keyword", [
+    ({"type": "string", "minLength": 100000}, "minLength"),
+    ({"type": "array", "minItems": 5000}, "minItems"),
+    ({"type": "integer", "minimum": float("-inf")}, "minimum"),
+    ({"type": "string", "pattern": "[\\"}, "pattern"),
+    ({"type": "string", "pattern": "^\\S+$"}, "pattern"),
+])
+def test_hostile_schemas_are_refused_quickly(schema, keyword):
+    with pytest.raises(UnsupportedSchema) as e:
+        value_expr(schema)
+    assert e.value.keyword == keyword
+
+
+def test_nested_repetition_past_the_state_limit_is_refused():
+    nested = {"type": "array", "minItems": 16, "maxItems": 16,
+              "items": {"type": "array", "minItems": 16, "maxItems": 16,
+                        "items": {"type": "string", "minLength": 300, "maxLength": 300}}}
+    with pytest.raises(ValueError, match="too large"):
+        compile_dfa(value_expr(nested))
+
+
+@pytest.mark.parametrize("schema, good, bad", [
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a"],
+      "anyOf": [{"required": ["b"]}]}, {"a": 1, "b": 2}, {"b": 1}),
+    ({"$defs": {"s": {"type": "string"}}, "$ref": "#/$defs/s", "maxLength": 2}, "ab", "abc"),
+    ({"type": "string", "enum": ["a", 1]}, "a", 1),
+    ({"type": "string", "pattern": "^\\u0041[\\b]$"}, "A\b", "u0041b"),
+])
+def test_keywords_beside_subschemas_all_hold(schema, good, bad):
+    dfa = compile_dfa(value_expr(schema))
+    assert dfa.accepting[dfa.step(dfa.start, json.dumps(good).encode())]
+    assert not dfa.accepting[dfa.step(dfa.start, json.dumps(bad).encode())]

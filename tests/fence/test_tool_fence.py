@@ -140,3 +140,10 @@ def test_a_tokenizer_that_cannot_spell_a_tag_is_refused():
     vocab = FenceVocab.build(letters, {}, [])
     with pytest.raises(FenceError, match="cannot produce"):
         output_grammar("hermes", vocab, TOOLS[:1], ToolChoice("required"), False)
+
+
+def test_a_budget_below_the_shortest_completion_still_always_allows_a_token(qwen, vocab):
+    sampler = RandomLogits(seed=2)
+    for max_tokens in (1, 2, 3, 5):
+        tokens, ended = sampler.generate(fence(vocab, ToolChoice("required"), max_tokens=max_tokens))
+        assert len(tokens) == max_tokens and not ended  # cut by the budget, never an empty mask

@@ -104,3 +104,27 @@ def test_unenforceable_schemas_are_400s_naming_the_field(openai_client, anthropi
         anthropic_client.messages.create(model=MODEL, max_tokens=8, messages=USER, tool_choice={"type": "any"},
                                          tools=[{"name": "f", "input_schema": {"not": {"type": "null"}}}])
     assert "not" in e.value.message
+
+
+def test_logprobs_of_a_fenced_call_are_finite_json(openai_client):
+    r = openai_client.chat.completions.create(model=MODEL, messages=USER, tools=CHAT_TOOLS, tool_choice="required",
+                                              max_tokens=48, temperature=1.0, seed=1, logprobs=True, top_logprobs=5)
+    entries = r.choices[0].logprobs.content
+    assert entries and r.choices[0].message.tool_calls
+    # Where the fence allows fewer than five tokens, fewer alternatives come back, none -inf.
+    assert any(len(e.top_logprobs) < 5 for e in entries)
+    assert all(t.logprob > float("-inf") for e in entries for t in e.top_logprobs)
+
+
+def test_a_response_format_with_a_forced_tool_is_a_400(openai_client):
+    with pytest.raises(openai.BadRequestError) as e:
+        openai_client.chat.completions.create(model=MODEL, messages=USER, max_tokens=8, tools=CHAT_TOOLS,
+                                              tool_choice="required", response_format={"type": "json_object"})
+    assert e.value.body["param"] == "tool_choice"
+
+
+def test_a_tool_name_the_dialects_cannot_print_is_a_400(openai_client):
+    with pytest.raises(openai.BadRequestError) as e:
+        openai_client.chat.completions.create(model=MODEL, messages=USER, max_tokens=8, tools=[
+            {"type": "function", "function": {"name": 'say "hi"', "parameters": {"type": "object"}}}])
+    assert e.value.body["param"] == "tools[0].function.name"

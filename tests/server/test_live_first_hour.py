@@ -2,6 +2,7 @@
 whatever their content-type, invalid tool schemas, tool_choice naming an undeclared tool, and
 the Responses echo of truncation and sampling values. All through the real server."""
 import json
+import time
 
 import anthropic
 import httpx
@@ -18,12 +19,16 @@ BAD_SCHEMA = {"type": "objekt", "properties": {"x": {"type": "string"}}}
 def test_access_log_has_one_line_per_request_with_tokens_and_timing(server, openai_client):
     r = openai_client.chat.completions.create(model=MODEL, messages=USER, max_tokens=3)
     httpx.get(server.url + "/v1/models", headers={"authorization": f"Bearer {API_KEY}"})
-    lines = [line for line in server.log.read_text().splitlines() if "zllm.access" in line]
-    chat = [line for line in lines if "POST /v1/chat/completions 200" in line]
     u = r.usage
-    assert any(f"in={u.prompt_tokens} out={u.completion_tokens} "
-               f"cached={u.prompt_tokens_details.cached_tokens} ttft=" in line for line in chat)
-    assert any("GET /v1/models 200" in line for line in lines)
+    expected = (f"POST /v1/chat/completions 200 in={u.prompt_tokens} out={u.completion_tokens} "
+                f"cached={u.prompt_tokens_details.cached_tokens} ttft=")
+    deadline = time.monotonic() + 10  # a line is written once its response has been sent
+    while time.monotonic() < deadline:
+        lines = [line for line in server.log.read_text().splitlines() if "zllm.access" in line]
+        if any(expected in line for line in lines) and any("GET /v1/models 200" in line for line in lines):
+            return
+        time.sleep(0.05)
+    pytest.fail(f"no access line {expected!r} in the server log")
 
 
 def test_metrics_are_prometheus_text_with_the_serving_figures(server, openai_client):

@@ -1,6 +1,7 @@
 """From logits to next tokens: the per-request hook first, then vectorised sampling."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,5 +111,7 @@ def token_logprobs(logits: torch.Tensor, seqs: list[Sequence], tokens: list[int]
     chosen, top_lp, top_ids = chosen.squeeze(1).tolist(), top_lp.tolist(), top_ids.tolist()
     for j, i in enumerate(rows):
         n = seqs[i].params.logprobs
-        out[i] = TokenLogprob(tokens[i], chosen[j], tuple(zip(top_ids[j][:n], top_lp[j][:n])))
+        # A fence may allow fewer than n tokens: masked ones (-inf) are no alternatives.
+        top = tuple((t, lp) for t, lp in zip(top_ids[j][:n], top_lp[j][:n]) if math.isfinite(lp))
+        out[i] = TokenLogprob(tokens[i], chosen[j], top)
     return out

@@ -98,6 +98,9 @@ def utf8_multibyte(line_separators: bool = True) -> Expr:
     )
 
 
+MAX_NFA_STATES = 400_000  # a client's schema may not make the server build more (~100 MB)
+
+
 class _Nfa:
     """Thompson construction: states with epsilon edges and byte-set edges."""
 
@@ -106,6 +109,8 @@ class _Nfa:
         self.edges: list[list[tuple[frozenset[int], int]]] = []
 
     def state(self) -> int:
+        if len(self.eps) >= MAX_NFA_STATES:
+            raise ValueError(f"the grammar is too large (more than {MAX_NFA_STATES} automaton states)")
         self.eps.append([])
         self.edges.append([])
         return len(self.eps) - 1
@@ -235,6 +240,8 @@ class Dfa:
 
     def shortest_completion(self, state: int) -> bytes:
         """The bytes of one shortest path from `state` to acceptance."""
+        if state == self.dead:
+            raise ValueError("the dead state has no completion")
         out = bytearray()
         while not self.accepting[state]:
             for b in range(256):

@@ -100,7 +100,7 @@ class FenceFactory:
         try:
             vocab = self.vocab
             grammar = Grammar.compile(build(vocab), vocab)
-        except ValueError as exc:  # FenceError, UnsupportedSchema: this tool set stays unfenced
+        except (ValueError, RecursionError) as exc:  # FenceError, UnsupportedSchema, too deep
             log.warning("tool_choice auto stays unfenced for this tool set: %s", exc)
             grammar = None
         self._store(key, grammar)

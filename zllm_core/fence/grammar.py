@@ -8,6 +8,7 @@ tokens are allowed exactly in accepting states.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ class FenceError(ValueError):
     """A grammar this tokenizer cannot produce, or one that accepts nothing."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FenceVocab:
     """What fences need of a tokenizer, built once per (tokenizer, tag set)."""
 
@@ -63,12 +64,23 @@ class FenceVocab:
         spelled = Lit(text.encode())
         return alt(Lit(bytes((self.pseudo[text],))), spelled) if text in self.pseudo else spelled
 
+    def walked(self, token: int) -> bool:
+        """Whether the token may appear in fenced output at all (an end token aside)."""
+        return 0 <= token < self.vocab_size and bool(self._spellers[1][token])
+
+    @functools.cached_property
+    def _spellers(self) -> tuple[frozenset[bytes], np.ndarray]:
+        """The byte strings the walked tokens spell, and which ids are walked."""
+        walked = np.zeros(self.vocab_size, dtype=bool)
+        walked[self.index.order] = True
+        return frozenset(self.index.token_bytes[i] for i in self.index.order), walked
+
     def verify(self, literal: bytes) -> None:
-        """Refuse a literal no sequence of tokens spells (a vocabulary without byte fallback)."""
+        """Refuse a literal no sequence of allowed tokens spells (a vocabulary without byte fallback)."""
         reach = np.zeros(len(literal) + 1, dtype=bool)
         reach[0] = True
-        lengths = {len(t) for t in self.index.token_bytes if t}
-        known = set(self.index.token_bytes)
+        known = self._spellers[0]
+        lengths = {len(t) for t in known}
         for i in range(len(literal)):
             if reach[i]:
                 for n in lengths:
@@ -136,12 +148,12 @@ class Grammar:
     def _within(self, state: int, limit: int) -> np.ndarray:
         """Tokens after which at most `limit` bytes remain. Bytes bound tokens from above, so
         where none fits, the tokens that leave the fewest bytes close the structure fastest."""
-        if limit < 0:
-            return np.zeros(self.vocab.vocab_size, dtype=bool)
         remaining = self._remaining(state)
-        mask = self.vocab.index.allowed(remaining, limit)
+        mask = self.vocab.index.allowed(remaining, limit) if limit >= 0 else np.zeros(self.vocab.vocab_size, bool)
         if not mask.any() and not self.dfa.accepting[state]:
-            mask = self.vocab.index.allowed(remaining, int(remaining.min()))
+            closest = int(remaining.min())
+            if closest < FAR:  # else nothing lives on: only an end token (where allowed) remains
+                mask = self.vocab.index.allowed(remaining, closest)
         return mask
 
     def _remaining(self, state: int) -> np.ndarray:
@@ -159,5 +171,6 @@ class Grammar:
         """The state after `token`; the DFA's dead state for a token the mask did not allow."""
         if token in self.vocab.end_ids:
             return state if self.dfa.accepting[state] else self.dfa.dead
-        return self.dfa.step(state, self.vocab.index.token_bytes[token]) \
-            if token < self.vocab.vocab_size else self.dfa.dead
+        if not self.vocab.walked(token):
+            return self.dfa.dead
+        return self.dfa.step(state, self.vocab.index.token_bytes[token])

@@ -20,6 +20,8 @@ import json
 import math
 from typing import Any
 
+from jsonschema import Draft202012Validator
+
 from zllm_core.fence.automaton import (
     EMPTY, Expr, Lit, Repeat, alt, byte_range, one_of, opt, seq, utf8_multibyte,
 )
@@ -65,17 +67,17 @@ class _Compiler:
         if unknown:
             raise UnsupportedSchema(unknown[0], "this keyword is not supported by the token fence")
         if "$ref" in s:
-            return self.value(self._resolve(s["$ref"], refs), refs + (s["$ref"],))
+            target = self._resolve(s["$ref"], refs)
+            siblings = {k: v for k, v in s.items() if k != "$ref"}
+            return self.value(_merged(target, siblings) if siblings else target, refs + (s["$ref"],))
         if "allOf" in s:
             return self._all_of(s, refs)
-        if "const" in s:
-            return _literal(s["const"])
-        if "enum" in s:
-            return alt(*(_literal(v) for v in s["enum"]))
+        if "const" in s or "enum" in s:
+            return _literals(s)
         for key in ("anyOf", "oneOf"):
             if key in s:
                 base = {k: v for k, v in s.items() if k != key}
-                return alt(*(self.value({**base, **branch} if isinstance(branch, dict) else branch, refs)
+                return alt(*(self.value(_merged(base, branch) if isinstance(branch, dict) else branch, refs)
                              for branch in s[key]))
         types = s.get("type")
         if types is None:
@@ -106,6 +108,8 @@ class _Compiler:
     def _array(self, s: dict, refs: tuple[str, ...]) -> Expr:
         item = self.value(s.get("items", True), refs)
         lo = int(s.get("minItems", 0))
+        if lo > ITEMS_CAP:
+            raise UnsupportedSchema("minItems", f"above {ITEMS_CAP} is not supported")
         hi = s.get("maxItems")
         hi = min(int(hi), max(lo, ITEMS_CAP)) if hi is not None else None
         if hi is not None and hi < lo:
@@ -125,15 +129,16 @@ class _Compiler:
         missing = [r for r in required if r not in props]
         if missing:
             raise UnsupportedSchema("required", f"names '{missing[0]}', which is not in properties")
-        members = [(seq(_literal(name), Lit(b": "), self.value(sub, refs)), name in required)
-                   for name, sub in props.items()]
+        names = _allowed_names(s, props, required)
+        members = [(seq(_literal(name), Lit(b": "), self.value(props[name], refs)), name in required)
+                   for name in names]
         return seq(Lit(b"{"), _members(members), Lit(b"}"))
 
     def _all_of(self, s: dict, refs: tuple[str, ...]) -> Expr:
         branches = s["allOf"]
-        if len(branches) != 1:
+        if len(branches) != 1 or not isinstance(branches[0], dict):
             raise UnsupportedSchema("allOf", "only a single-branch allOf is supported")
-        return self.value({**{k: v for k, v in s.items() if k != "allOf"}, **branches[0]}, refs)
+        return self.value(_merged({k: v for k, v in s.items() if k != "allOf"}, branches[0]), refs)
 
     def _resolve(self, ref: str, seen: tuple[str, ...]) -> Any:
         if ref in seen:
@@ -147,6 +152,48 @@ class _Compiler:
                 raise UnsupportedSchema("$ref", f"'{ref}' does not resolve")
             node = node[part]
         return node
+
+
+def _merged(base: dict, branch: dict) -> dict:
+    """A branch of anyOf/oneOf/allOf (or a $ref target) with the keywords beside it: both must
+    hold. Properties and required lists combine; any other keyword both give must agree."""
+    out = dict(base)
+    for key, value in branch.items():
+        if key == "properties" and isinstance(out.get(key), dict) and isinstance(value, dict):
+            clash = [k for k in value if k in out[key] and out[key][k] != value[k]]
+            if clash:
+                raise UnsupportedSchema("properties", f"'{clash[0]}' is defined twice, differently")
+            out[key] = {**out[key], **value}
+        elif key == "required" and key in out:
+            out[key] = list(dict.fromkeys([*out[key], *value]))
+        elif key in out and out[key] != value and key not in ANNOTATIONS:
+            raise UnsupportedSchema(key, "given both beside and inside a subschema, differently")
+        else:
+            out[key] = value
+    return out
+
+
+def _literals(s: dict) -> Expr:
+    """enum/const: the values that satisfy every keyword beside them, in json.dumps' spelling."""
+    values = [s["const"]] if "const" in s else list(s["enum"])
+    rest = {k: v for k, v in s.items() if k not in ("const", "enum")}
+    validator = Draft202012Validator(rest) if rest else None
+    kept = [v for v in values if validator is None or validator.is_valid(v)]
+    if not kept:
+        raise UnsupportedSchema("enum" if "enum" in s else "const", "no listed value satisfies the schema")
+    return alt(*(_literal(v) for v in kept))
+
+
+def _allowed_names(s: dict, props: dict, required: list[str]) -> list[str]:
+    """The declared properties `propertyNames` admits (a required one it refuses is an error)."""
+    names = list(props)
+    if "propertyNames" not in s:
+        return names
+    validator = Draft202012Validator(s["propertyNames"])
+    refused = [n for n in names if not validator.is_valid(n)]
+    if any(n in required for n in refused):
+        raise UnsupportedSchema("propertyNames", f"refuses the required property '{refused[0]}'")
+    return [n for n in names if n not in refused]
 
 
 def _members(members: list[tuple[Expr, bool]]) -> Expr:
@@ -200,6 +247,8 @@ def _control_escapes() -> Expr:
 
 def _string(s: dict) -> Expr:
     lo, hi = int(s.get("minLength", 0)), s.get("maxLength")
+    if lo > LENGTH_CAP:
+        raise UnsupportedSchema("minLength", f"above {LENGTH_CAP} is not supported")
     hi = None if hi is None else min(int(hi), max(lo, LENGTH_CAP))
     if hi is not None and hi < lo:
         raise UnsupportedSchema("maxLength", "is below minLength")
@@ -218,6 +267,11 @@ def _string(s: dict) -> Expr:
 def _bounds(s: dict) -> tuple[int | None, int | None]:
     """Integer bounds from minimum/maximum and their exclusive forms (draft 6+ numbers, or
     draft 4 booleans)."""
+    for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        value = s.get(key)
+        if value is not None and not isinstance(value, bool) and not (
+                isinstance(value, (int, float)) and math.isfinite(value)):
+            raise UnsupportedSchema(key, f"must be a finite number, got {value!r}")
     lo = hi = None
     for key, value in (("minimum", s.get("minimum")), ("exclusiveMinimum", s.get("exclusiveMinimum"))):
         if isinstance(value, bool):

@@ -28,8 +28,11 @@ def json_char(c: str) -> Expr:
 _CLASSES = {
     "d": [chr(c) for c in range(ord("0"), ord("9") + 1)],
     "w": [chr(c) for c in range(128) if chr(c).isalnum() or chr(c) == "_"],
-    "s": [" ", "\t", "\n", "\r", "\f", "\v"],
+    # ECMA-262 WhiteSpace and LineTerminator code points.
+    "s": [" ", "\t", "\n", "\r", "\f", "\v", "\u00a0", "\u1680", *map(chr, range(0x2000, 0x200B)),
+          "\u2028", "\u2029", "\u202f", "\u205f", "\u3000", "\ufeff"],
 }
+_CONTROL = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "0": "\0"}
 
 
 def compile_pattern(pattern: str, any_char: Expr, encode: Callable[[str], Expr] = json_char) -> Expr:
@@ -55,6 +58,8 @@ class _Parser:
         return self.text[self.i] if self.i < len(self.text) else None
 
     def take(self) -> str:
+        if self.i >= len(self.text):
+            raise RegexError("the pattern ends inside an escape, class or group")
         c = self.text[self.i]
         self.i += 1
         return c
@@ -141,13 +146,26 @@ class _Parser:
         c = self.take()
         if c in _CLASSES:
             return alt(*(self.encode(x) for x in _CLASSES[c]))
-        if c in "DWS":
+        if c in "DW":
             return self._chars_except(_CLASSES[c.lower()])
+        if c == "S":
+            raise RegexError("\\S is not supported (its complement spans non-ASCII spaces)")
+        if c in "ux":
+            return self.encode(self._code_point(4 if c == "u" else 2))
         if c.isdigit() and c != "0":
             raise RegexError("backreferences are not supported")
         if c in "bB":
             raise RegexError("word boundaries are not supported")
-        return self.encode({"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "0": "\0"}.get(c, c))
+        if c.isalnum() and c not in _CONTROL:
+            raise RegexError(f"the escape \\{c} is not supported")
+        return self.encode(_CONTROL.get(c, c))
+
+    def _code_point(self, digits: int) -> str:
+        text = self.text[self.i:self.i + digits]
+        if len(text) != digits or any(ch not in "0123456789abcdefABCDEF" for ch in text):
+            raise RegexError(f"a \\u or \\x escape needs {digits} hex digits")
+        self.i += digits
+        return chr(int(text, 16))
 
     def _class(self) -> Expr:
         negated = self.peek() == "^"
@@ -167,8 +185,15 @@ class _Parser:
                     continue
                 if self.peek() in ("D", "W", "S"):
                     raise RegexError("negated escapes inside a class are not supported")
-                c = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v"}.get(self.peek(), self.peek())
-                self.take()
+                c = self.take()
+                if c in "ux":
+                    c = self._code_point(4 if c == "u" else 2)
+                elif c == "b":
+                    c = "\b"  # inside a class, \b is the backspace
+                elif c.isalnum() and c not in _CONTROL:
+                    raise RegexError(f"the escape \\{c} is not supported in a class")
+                else:
+                    c = _CONTROL.get(c, c)
             if self.peek() == "-" and self.text[self.i + 1:self.i + 2] not in ("]", ""):
                 self.take()
                 end = self.take()

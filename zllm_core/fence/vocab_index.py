@@ -9,6 +9,7 @@ cached on disk by a hash of the vocabulary, so a restart does not rebuild it.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from zllm_core import _native
 from zllm_core.fence.automaton import Dfa
 
 FAR = 255  # distances are kept in a byte; FAR marks a token that dies
+log = logging.getLogger("zllm.fence")
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,10 @@ class VocabIndex:
             except (OSError, ValueError, KeyError):
                 pass  # a damaged cache file is rebuilt below
         index = cls.build(token_bytes, excluded)
-        index._save(root, path)
+        try:
+            index._save(root, path)
+        except OSError as exc:  # a read-only cache only costs the next start a rebuild
+            log.warning("cannot cache the fence's vocabulary layout at %s: %s", path, exc)
         return index
 
     def _save(self, root: Path, path: Path) -> None:

@@ -81,12 +81,17 @@ class Generation:
     def _fence(self, req: CanonicalRequest, prompt: Prompt, max_tokens: int) -> TokenFence | None:
         """The request's token fence (tool calls, JSON output), compiled before anything reaches
         the engine, so a schema the fence cannot enforce is the client's 400."""
+        param = "response_format" if req.response_format is not None else "tools"
+        if req.response_format is not None and req.tools and req.tool_choice.mode in ("required", "named"):
+            raise RequestError("a response format and a forced tool_choice cannot both hold; "
+                               "drop one of them", param="tool_choice")
         try:
             return self.fences.for_request(req.tools, req.tool_choice, req.response_format,
                                            prompt.in_reasoning, max_tokens, self.limits.loop_guard)
         except (FenceError, UnsupportedSchema) as exc:
-            param = "response_format" if req.response_format is not None else "tools"
             raise RequestError(f"{param}: {exc}", param=param) from None
+        except RecursionError:
+            raise RequestError(f"{param}: the schema is nested too deeply", param=param) from None
 
     async def stream(self, admitted: Admitted, request_id: str) -> AsyncIterator[Union[OutputEvent, Finish]]:
         """Tool-call ids hash the request id, so the same function called in two requests gets
