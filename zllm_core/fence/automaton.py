@@ -262,6 +262,7 @@ def compile_dfa(e: Expr, max_states: int = 200_000) -> Dfa:
     start = nfa.state()
     accept = nfa.build(e, start)
     classes, class_sets = _byte_classes(nfa)
+    num_classes = int(classes.max()) + 1
     ids: dict[frozenset[int], int] = {}
     rows: list[list[int]] = []
     order: list[frozenset[int]] = []
@@ -276,7 +277,7 @@ def compile_dfa(e: Expr, max_states: int = 200_000) -> Dfa:
             for allowed, t in nfa.edges[s]:
                 for c in class_sets[allowed]:
                     moves.setdefault(c, set()).add(t)
-        row = [-1] * len(classes_of(classes))
+        row = [-1] * num_classes
         for c, targets in moves.items():
             nxt = nfa.closure(targets)
             if nxt not in ids:
@@ -289,10 +290,6 @@ def compile_dfa(e: Expr, max_states: int = 200_000) -> Dfa:
         rows.append(row)
     accepting = [accept in s for s in order]
     return _trimmed(rows, accepting, classes)
-
-
-def classes_of(classes: np.ndarray) -> range:
-    return range(int(classes.max()) + 1)
 
 
 def _byte_classes(nfa: _Nfa) -> tuple[np.ndarray, dict[frozenset[int], list[int]]]:

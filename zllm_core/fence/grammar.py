@@ -21,7 +21,7 @@ from zllm_core.fence.bitmask import pack_allowed
 from zllm_core.fence.vocab_index import FAR, VocabIndex
 
 PSEUDO_BYTES = (0xC0, 0xC1, *range(0xF5, 0x100))  # never part of well-formed UTF-8
-WALK_CACHE = 64  # states whose per-token distances are kept (150 KB each for 150K tokens)
+WALK_CACHE = 64  # states whose per-token distances are kept (300 KB each for 150K tokens)
 ROW_CACHE = 1024  # bitmask rows kept per grammar (19 KB each for 150K tokens)
 PREPARE_STATES = 256  # grammars this small get every state's row ahead of their requests
 

@@ -21,7 +21,7 @@ import numpy as np
 from zllm_core import _native
 from zllm_core.fence.automaton import Dfa
 
-FAR = 255  # distances are kept in a byte; FAR marks a token that dies
+FAR = 65535  # distances are kept in 16 bits; FAR marks a token that dies
 log = logging.getLogger("zllm.fence")
 
 
@@ -77,7 +77,7 @@ class VocabIndex:
                 os.unlink(tmp)
 
     def remaining(self, dfa: Dfa, state: int) -> np.ndarray:
-        """uint8, in `order`: the fewest bytes left to acceptance after each token from `state`
+        """uint16, in `order`: the fewest bytes left to acceptance after each token from `state`
         (at most FAR - 1: budgets that large are not told apart), FAR where a token dies."""
         return _native.fence_walk(dfa.table, dfa.classes, dfa.distance, self.flat, self.offsets, state, FAR)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -56,6 +57,7 @@ class Generation:
         self.calls = ToolCallMemory()
         self.fences = FenceFactory(prompts.dialect, lambda tags: prompts.fence_vocab(
             engine.model_config.eos_token_ids, tags))
+        self._compiles = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zllm-fence")
 
     async def prompt(self, req: CanonicalRequest, tenant: str = "") -> Prompt:
         """The request's prompt, rendered and tokenized off the event loop: a 1M-character
@@ -74,7 +76,8 @@ class Generation:
                 param="messages", code="context_length_exceeded")
         cap = min(self.limits.max_output_tokens, room)
         max_tokens = min(req.max_tokens_requested or cap, cap)
-        fence = await asyncio.to_thread(self._fence, req, prompt, max_tokens)
+        # Its own threads: a slow schema must not hold up the prompt builds of other requests.
+        fence = await asyncio.get_running_loop().run_in_executor(self._compiles, self._fence, req, prompt, max_tokens)
         return Admitted(replace(req, sampling=replace(req.sampling, max_tokens=max_tokens, fence=fence)),
                         prompt, tenant, arrived)
 
