@@ -21,7 +21,7 @@ import torch
 from zllm_core.cache.scope import Scope
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
 from zllm_core.engine.sampling_params import SamplingParams
-from zllm_core.model.demo import resolve_model_dir
+from zllm_core.model.model_names import resolve_model
 from zllm_core.model.loader import load_model
 
 
@@ -76,7 +76,7 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM
 
-    model_dir = resolve_model_dir(args.model)
+    model_dir = resolve_model(args.model)
     ours = LLMEngine(load_model(model_dir), None,
                      EngineConfig(enable_prefix_cache=False, max_num_batched_tokens=8192), Scope("bench"))
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()

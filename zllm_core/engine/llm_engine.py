@@ -86,11 +86,11 @@ class LLMEngine:
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "LLMEngine":
-        from zllm_core.model.demo import resolve_model_dir
+        from zllm_core.model.model_names import resolve_model
         from zllm_core.model.loader import load_model
         from zllm_core.tokenizer import Tokenizer
 
-        model_dir = resolve_model_dir(config.model)
+        model_dir = resolve_model(config.model)
         model = load_model(model_dir, dtype=config.dtype, device=config.device)
         dtype = str(next(model.parameters()).dtype)
         scope = Scope(model_manifest(model_dir, dtype), tokenizer_manifest(model_dir))

@@ -53,6 +53,7 @@ class ModelConfig:
     torch_dtype: torch.dtype
     eos_token_ids: tuple[int, ...]
     bos_token_id: int | None
+    quantization: str | None = None  # how the source file stores the weights (GGUF: "Q4_1"); None: unquantised
 
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> "ModelConfig":
@@ -111,8 +112,10 @@ class _Fields:
         return tuple(ids)
 
 
-def parse_config(raw: dict[str, Any], generation: dict[str, Any], model_dir: Path) -> ModelConfig:
-    f = _Fields(raw, model_dir / "config.json")
+def parse_config(raw: dict[str, Any], generation: dict[str, Any], model_dir: Path,
+                 source: Path | None = None) -> ModelConfig:
+    """``source`` names the file errors blame (default: the directory's config.json)."""
+    f = _Fields(raw, source or model_dir / "config.json")
     architecture = _architecture(f)
     _refuse_unsupported(f)
     num_heads = f.positive("num_attention_heads")

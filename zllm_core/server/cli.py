@@ -36,7 +36,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from zllm_core.engine.async_engine import AsyncEngine
-    from zllm_core.model.demo import resolve_model_dir
+    from zllm_core.model.model_names import resolve_model
     from zllm_core.server.app import create_app
     from zllm_core.server.gate import parse_api_keys
     from zllm_core.server.prompt import PromptBuilder
@@ -46,7 +46,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.max_model_len:
         engine_config["max_model_len"] = args.max_model_len
     engine = AsyncEngine.from_model(args.model, **engine_config)
-    model_dir = resolve_model_dir(args.model)
+    model_dir = resolve_model(args.model)
     config = ServerConfig(
         model_name=args.served_model_name or Path(str(args.model)).name,
         max_output_tokens=args.max_output_tokens, max_model_len=args.max_model_len,
