@@ -17,6 +17,8 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, LlamaFileTy
 from zllm_core.model.config import CheckpointError
 
 SUFFIX = ".gguf"
+_TEMPLATE_TOKENS = {"bos_token": "bos_token_id", "eos_token": "eos_token_id", "unk_token": "unknown_token_id",
+                    "pad_token": "padding_token_id"}
 
 
 class _CheckedReader(GGUFReader):
@@ -76,6 +78,20 @@ class GGUFFile:
     @property
     def architecture(self) -> str:
         return self.get("general.architecture", str)
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.get("tokenizer.chat_template", str, None)
+
+    def special_token_texts(self) -> dict[str, str]:
+        """``bos_token``, ``eos_token``, ... as chat templates name them, from the token ids the file sets."""
+        texts = self.get("tokenizer.ggml.tokens", list, [])
+        out = {}
+        for name, key in _TEMPLATE_TOKENS.items():
+            token_id = self.get(f"tokenizer.ggml.{key}", int, None)
+            if token_id is not None and 0 <= token_id < len(texts):
+                out[name] = texts[token_id]
+        return out
 
     @property
     def quantization(self) -> str:
