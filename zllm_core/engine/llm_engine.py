@@ -35,9 +35,19 @@ class EngineConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     max_model_len: Optional[int] = None
+    allow_long_context: bool = False  # let max_model_len exceed the model's trained context
     attention_backend: str = "auto"
     enable_prefix_cache: bool = True
     block_hash: str = "sha256"  # or "fast128"
+
+
+def context_length(config: EngineConfig, trained: int) -> int:
+    """``max_model_len``, or the trained context; past it only when the operator says so."""
+    asked = config.max_model_len or trained
+    if asked > trained and not config.allow_long_context:
+        raise ValueError(f"--max-model-len {asked} exceeds the model's trained context of {trained} tokens; "
+                         "pass --allow-long-context to serve it anyway")
+    return asked
 
 
 @dataclass(frozen=True)
@@ -65,7 +75,7 @@ class LLMEngine:
         self.tokenizer = tokenizer
         mc = model.config
         self.device = torch.device(config.device)
-        self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
+        self.max_model_len = context_length(config, mc.max_position_embeddings)
         dtype = next(model.parameters()).dtype
         layout = KVLayout(mc.num_layers, mc.num_kv_heads, mc.head_dim, dtype, config.block_size)
         self.pool = BlockPool.from_budget(layout, config.kv_cache_bytes, self.device)

@@ -15,8 +15,8 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, LlamaFileType, ReaderField
 
 from zllm_core.model.config import CheckpointError
+from zllm_core.model.model_names import SUFFIX
 
-SUFFIX = ".gguf"
 _TEMPLATE_TOKENS = {"bos_token": "bos_token_id", "eos_token": "eos_token_id", "unk_token": "unknown_token_id",
                     "pad_token": "padding_token_id"}
 

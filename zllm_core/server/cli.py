@@ -7,6 +7,8 @@ import socket
 import sys
 from pathlib import Path
 
+from zllm_core.model.model_names import DEFAULT_MODEL
+
 
 def default_store_path() -> str:
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
@@ -15,7 +17,8 @@ def default_store_path() -> str:
 
 def add_serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="serve OpenAI Chat/Responses and Anthropic Messages APIs")
-    p.add_argument("--model", default="zllm-demo", help="HF model directory or zllm-demo")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="smollm2 (default), zllm-demo, a .gguf file, or a HF or GGUF model directory")
     p.add_argument("--served-model-name", default=None,
                    help="the name clients pass as `model` (default: the model's name)")
     p.add_argument("--host", default="127.0.0.1")
@@ -23,6 +26,8 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--api-key", action="append", default=[], metavar="KEY[:TENANT]",
                    help="accept this key (repeatable); each key maps to a tenant")
     p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--allow-long-context", action="store_true",
+                   help="accept a --max-model-len beyond the model's trained context")
     p.add_argument("--max-output-tokens", type=int, default=4096,
                    help="cap on any request's output tokens")
     p.add_argument("--max-body-bytes", type=int, default=64 << 20)
@@ -42,7 +47,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from zllm_core.server.prompt import PromptBuilder
     from zllm_core.server.runtime import ServerConfig
 
-    engine_config = {"device": args.device}
+    engine_config = {"device": args.device, "allow_long_context": args.allow_long_context}
     if args.max_model_len:
         engine_config["max_model_len"] = args.max_model_len
     engine = AsyncEngine.from_model(args.model, **engine_config)
