@@ -14,12 +14,10 @@ from typing import Any
 
 import torch
 
+from zllm_core.model.checkpoint_error import CheckpointError
+
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file is missing, malformed or asks for something this runtime does not support."""
 
 
 @dataclass(frozen=True)

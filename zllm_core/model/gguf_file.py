@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, LlamaFileType, ReaderField
 
-from zllm_core.model.config import CheckpointError
-from zllm_core.model.model_names import SUFFIX
+from zllm_core.model.checkpoint_error import CheckpointError
 
+SUFFIX = ".gguf"
 _TEMPLATE_TOKENS = {"bos_token": "bos_token_id", "eos_token": "eos_token_id", "unk_token": "unknown_token_id",
                     "pad_token": "padding_token_id"}
 
@@ -96,9 +96,10 @@ class GGUFFile:
     @property
     def quantization(self) -> str:
         """The file type llama.cpp names the file by (``Q4_1``), else its most common tensor type."""
-        file_type = self.get("general.file_type", int, None)
-        if file_type is not None and file_type in LlamaFileType._value2member_map_:
-            return LlamaFileType(file_type).name.removeprefix("MOSTLY_")
+        try:
+            return LlamaFileType(self.get("general.file_type", int)).name.removeprefix("MOSTLY_")
+        except (CheckpointError, ValueError):  # absent, or a number this gguf package does not know
+            pass
         types = [t.tensor_type.name for t in self.tensors.values()]
         return max(set(types), key=types.count) if types else "none"
 

