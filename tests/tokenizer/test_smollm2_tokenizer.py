@@ -16,6 +16,7 @@ from tests.tokenizer.strategies import CONTRACTIONS, DIGITS, SPACES, digit_run, 
 from zllm_core.model.config import CheckpointError
 from zllm_core.model.model_names import smollm2_path
 from zllm_core.tokenizer import Tokenizer
+from zllm_core.tokenizer.incremental import IncrementalTokenizer
 from zllm_core.tokenizer.unspellable import unspellable_pattern
 
 try:
@@ -97,3 +98,18 @@ def test_unspellable_characters_are_dropped(pair):
         assert ours.encode(text) == ref.encode(text, add_special_tokens=False).ids
     assert ours.encode("a\x04b") == ours.encode("ab") != ref.encode("a\x04b", add_special_tokens=False).ids
     assert ours.encode("x\U00050000y") == ours.encode("xy")
+
+
+@pytest.mark.parametrize("odd", ["", "\x04"])
+def test_a_growing_conversation_tokenizes_incrementally_as_a_whole(pair, odd):
+    """SmolLM2's first rule splits digits, so sessions continue from special-token boundaries.
+    An unspellable character in the history (the stored text lacks it) moves the divergence
+    back to it, never the tokens."""
+    ours, _ = pair
+    inc = IncrementalTokenizer(ours, allowed_special="all")
+    text = "<|im_start|>system\nYou count.<|im_end|>\n"
+    for turn in range(12):
+        text += f"<|im_start|>user\nAdd {turn}  and {turn * 37}{odd}?<|im_end|>\n<|im_start|>assistant\n"
+        assert inc.encode(text, key="conversation").tolist() == ours.encode(text, allowed_special="all")
+        text += f"  {turn * 38}.\n\n<|im_end|>\n"
+    assert (inc.stats.cold, inc.stats.fallbacks, inc.stats.disagreements) == (1, 0, 0)
