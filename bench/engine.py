@@ -1,11 +1,12 @@
 """Engine throughput against transformers on the same weights, in the same run.
 
-    python bench/engine.py [--model zllm-demo] [--prompt-len 256] [--new-tokens 32]
+    python bench/engine.py [--model zllm-demo|smollm2|PATH] [--prompt-len 256] [--new-tokens 32]
                            [--batches 1 16] [--threads N] [--clock wall|cpu]
 
 Prefill tokens/s: batch x prompt_len / time to the first token.  Decode tokens/s:
 batch x (new_tokens - 1) / (time to the last token - time to the first).  Both engines
-run greedy with fixed output length, fp32; ratios are zllm_core / transformers (higher
+run greedy with fixed output length, fp32, on the same weights (a GGUF file is dequantised by
+each: transformers through ``gguf_file=``); ratios are zllm_core / transformers (higher
 is better for zllm_core).  The two alternate for --rounds rounds and each keeps its best,
 so load from other processes hurts both alike; on a shared machine use --threads 1
 --clock cpu (process time measures the code, wall time the neighbours).
@@ -15,19 +16,29 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from pathlib import Path
 
 import torch
 
 from zllm_core.cache.scope import Scope
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
 from zllm_core.engine.sampling_params import SamplingParams
-from zllm_core.model.demo import resolve_model_dir
+from zllm_core.model.model_names import resolve_model
 from zllm_core.model.loader import load_model
 
 
-def prompts(batch: int, length: int, seed: int = 0) -> list[list[int]]:
+def prompts(batch: int, length: int, vocab_size: int, seed: int = 0) -> list[list[int]]:
     rng = random.Random(seed)
-    return [[rng.randrange(1000, 100000) for _ in range(length)] for _ in range(batch)]
+    return [[rng.randrange(1000, min(100000, vocab_size)) for _ in range(length)] for _ in range(batch)]
+
+
+def load_reference(model_path: Path):
+    from transformers import AutoModelForCausalLM
+
+    if model_path.is_file():  # GGUF
+        return AutoModelForCausalLM.from_pretrained(model_path.parent, gguf_file=model_path.name,
+                                                    dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
 
 
 def time_zllm(engine: LLMEngine, batch: list[list[int]], new_tokens: int, clock) -> tuple[float, float]:
@@ -74,17 +85,15 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     clock = time.perf_counter if args.clock == "wall" else time.process_time
 
-    from transformers import AutoModelForCausalLM
-
-    model_dir = resolve_model_dir(args.model)
-    ours = LLMEngine(load_model(model_dir), None,
+    model_path = resolve_model(args.model)
+    ours = LLMEngine(load_model(model_path), None,
                      EngineConfig(enable_prefix_cache=False, max_num_batched_tokens=8192), Scope("bench"))
-    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    hf = load_reference(model_path)
     print(f"model {args.model}, prompt {args.prompt_len} tokens, {args.new_tokens} new tokens, "
           f"torch threads {torch.get_num_threads()}, {args.clock} clock, best of {args.rounds} alternating rounds")
     print(f"{'batch':>5} {'metric':>16} {'zllm_core':>12} {'transformers':>13} {'ratio':>7}")
     for b in args.batches:
-        batch = prompts(b, args.prompt_len)
+        batch = prompts(b, args.prompt_len, ours.model.config.vocab_size)
         time_zllm(ours, batch, 2, clock)  # warm up both
         time_hf(hf, batch, 2, clock)
         zs, hs = [], []

@@ -26,7 +26,7 @@ from zllm_core.dialects.chat_template import ChatTemplate
 from zllm_core.dialects.conversation import Message
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
 from zllm_core.engine.sampling_params import SamplingParams
-from zllm_core.model.demo import resolve_model_dir
+from zllm_core.model.model_names import resolve_model
 from zllm_core.model.loader import load_model
 from zllm_core.tokenizer import Tokenizer
 
@@ -119,7 +119,7 @@ def main() -> None:
     ap.add_argument("--cache-sizes", type=int, nargs="+", default=[16384, 65536, 262144, 1048576])
     ap.add_argument("--trials", type=int, default=40)
     args = ap.parse_args()
-    model_dir = resolve_model_dir("zllm-demo")
+    model_dir = resolve_model("zllm-demo")
     engine = LLMEngine(load_model(model_dir), None, EngineConfig(kv_cache_bytes=3 << 30), Scope("bench"))
     print(f"zllm-demo on {torch.get_num_threads()} torch threads")
     bench_ttft(engine, args.prefixes)

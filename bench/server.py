@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from zllm_core.engine.async_engine import AsyncEngine, GenerationEvent  # noqa: E402
 from zllm_core.engine.sampling_params import SamplingParams  # noqa: E402
-from zllm_core.model.demo import resolve_model_dir  # noqa: E402
+from zllm_core.model.model_names import resolve_model  # noqa: E402
 from zllm_core.protocols import openai_chat  # noqa: E402
 from zllm_core.server.app import create_app  # noqa: E402
 from zllm_core.server.prompt import PromptBuilder  # noqa: E402
@@ -147,7 +147,7 @@ async def measure(modes: dict, n: int, tokens: int, repeats: int) -> dict[str, f
 
 async def main(args: argparse.Namespace) -> None:
     engine = AsyncEngine.from_model(MODEL, max_model_len=args.max_model_len)
-    prompts = PromptBuilder.from_model_dir(resolve_model_dir(MODEL), engine.tokenizer)
+    prompts = PromptBuilder.from_model_dir(resolve_model(MODEL), engine.tokenizer)
     config = ServerConfig(model_name=MODEL, max_model_len=args.max_model_len)
     app = create_app(engine, prompts, config)
     proc, url = start_server(args.max_model_len)

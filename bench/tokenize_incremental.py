@@ -35,7 +35,7 @@ import tiktoken
 
 from zllm_core import _native
 from zllm_core.dialects.chat_template import ChatTemplate
-from zllm_core.model.demo import resolve_model_dir
+from zllm_core.model.model_names import resolve_model
 from zllm_core.tokenizer import Tokenizer
 from zllm_core.tokenizer.incremental import IncrementalTokenizer
 from zllm_core.tokenizer.vocabulary import PACKAGE_VOCAB, load_family
@@ -63,7 +63,7 @@ def timed(fn, *args, **kwargs) -> tuple[float, object]:
 def demo_tokenizer(nfc: bool) -> Tokenizer:
     """The demo model's tokenizer (Qwen2's ranks); nfc: with the NFC normalizer Qwen's own
     tokenizer.json declares."""
-    tok = Tokenizer.from_pretrained(resolve_model_dir("zllm-demo"))
+    tok = Tokenizer.from_pretrained(resolve_model("zllm-demo"))
     return Tokenizer(replace(load_family(tok.name), normalizer="NFC")) if nfc else tok
 
 
@@ -76,7 +76,7 @@ def replay(traces: list[Path], sessions: int, max_calls: int, every: int, pad: i
     requests), then the baselines, which also check every incremental result against a full
     encode. latency_only: the first pass only, checked on every 50th call. keyless: calls carry
     no session key, so each finds its session by the longest shared text prefix."""
-    model_dir = resolve_model_dir("zllm-demo")
+    model_dir = resolve_model("zllm-demo")
     tok = demo_tokenizer(nfc)
     template = ChatTemplate.from_model_dir(model_dir)
     preamble = trace_text(traces[-1], pad) if pad else ""
@@ -160,7 +160,7 @@ def print_bands(rows: list[tuple]) -> None:
 
 def router(context: str, appends: list[int], repeats: int = 5) -> None:
     """One incremental call against one full tokenization, for appends of growing size."""
-    tok = Tokenizer.from_pretrained(resolve_model_dir("zllm-demo"))
+    tok = Tokenizer.from_pretrained(resolve_model("zllm-demo"))
     print(f"\nrouter: {len(context):,}-char context, then one append (ms, best of {repeats})")
     print(f"{'append':>9} {'incremental':>12} {'full':>9}")
     for n in appends:
@@ -220,7 +220,7 @@ def main() -> None:
     if args.no_router:
         return
     context = next(text for _, text in rendered_calls(args.trace[0], ChatTemplate.from_model_dir(
-        resolve_model_dir("zllm-demo")), 1, 1))
+        resolve_model("zllm-demo")), 1, 1))
     while len(context) < args.router_context:
         context += context
     router(context[:args.router_context], [0, 1_000, 10_000, 30_000, 100_000, 300_000, 1_000_000])

@@ -118,9 +118,10 @@ BytePairModel::BytePairModel(const std::vector<std::string>& tokens,
   index_.build(offsets_.data(), arena_.data(), present);
   for (int b = 0; b < 256; ++b) {
     uint8_t byte = uint8_t(b);
+    // A byte without a token (SmolLM2 has none for \x04 or 0xF1) never reaches the model:
+    // Tokenizer.normalize removes every character that contains one.
     uint32_t found = find(&byte, 1, hash_bytes(&byte, 1));
-    if (!found) throw std::invalid_argument("vocabulary lacks the single-byte token " + std::to_string(b));
-    byte_ids_[b] = found - 1;
+    byte_ids_[b] = found ? found - 1 : kNoToken;
   }
   if (merges.empty()) {
     derive_merges_from_ranks();
@@ -134,7 +135,9 @@ BytePairModel::BytePairModel(const std::vector<std::string>& tokens,
 void BytePairModel::fill_byte_priorities() {
   byte_priorities_.resize(256 * 256);
   for (int a = 0; a < 256; ++a)
-    for (int b = 0; b < 256; ++b) byte_priorities_[a << 8 | b] = merges_.priority(byte_ids_[a], byte_ids_[b]);
+    for (int b = 0; b < 256; ++b)
+      byte_priorities_[a << 8 | b] = byte_ids_[a] == kNoToken || byte_ids_[b] == kNoToken
+                                         ? kNoMerge : merges_.priority(byte_ids_[a], byte_ids_[b]);
 }
 
 void BytePairModel::insert_merges(const std::vector<std::pair<uint32_t, uint32_t>>& merges) {

@@ -60,6 +60,7 @@ struct Merge {
   uint32_t merged;
 };
 constexpr uint32_t kNoMerge = UINT32_MAX;
+constexpr uint32_t kNoToken = UINT32_MAX;  // byte_ids_ of a byte the vocabulary has no token for
 
 // (left id, right id) -> priority in one 8-byte slot: both ids (20 bits each) above the
 // priority (24 bits), so the table is half the bytes of a {pair, Merge} slot and sized by the

@@ -268,13 +268,14 @@ class Scanner {
     return last_start > i ? last_start : e;
   }
 
-  size_t digit_split_end(size_t i) const {  // Split(`\p{N}{1,3}`, Isolated)
+  size_t digit_split_end(size_t i) const {  // Split(`\p{N}{1,k}`, Isolated); k = digit_group, 0 = unbounded
     if (!in(i, bit(kNum))) {
       size_t e = i;
       while (e < n_ && !in(e, bit(kNum))) e += utf8_len(s_[e]);
       return e;
     }
-    for (int k = 0; k < 3 && in(i, bit(kNum)); ++k) i += utf8_len(s_[i]);
+    if (g_.digit_group == 0) return run(i, bit(kNum));
+    for (int k = 0; k < g_.digit_group && in(i, bit(kNum)); ++k) i += utf8_len(s_[i]);
     return i;
   }
 

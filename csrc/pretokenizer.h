@@ -53,7 +53,7 @@ struct Grammar {
   bool punct_slash = false;        // `/` joins that suffix (o200k)
   bool space_run_to_end = false;   // `\s+$`
   bool newline_rule = false;       // `\s*[\r\n]+`: a space run ends after its last newline
-  bool digits_only = false;        // Split(`\p{N}{1,3}`): digit groups, everything else a gap
+  bool digits_only = false;        // Split(`\p{N}{1,k}`): digit groups of digit_group, everything else a gap
 };
 
 // Appends the byte offset of each piece end in s[0, n) (relative to s) to `ends`.

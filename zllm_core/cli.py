@@ -5,11 +5,14 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from zllm_core.model.model_names import DEFAULT_MODEL
+
 
 def add_generate_parser(sub) -> None:
-    p = sub.add_parser("generate", help="complete a prompt on a model (default: the embedded zllm-demo)")
+    p = sub.add_parser("generate", help="complete a prompt on a model (default: smollm2)")
     p.add_argument("prompt")
-    p.add_argument("--model", default="zllm-demo", help="HF model directory or zllm-demo")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="smollm2 (default), zllm-demo, a .gguf file, or a HF or GGUF model directory")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)

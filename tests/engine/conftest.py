@@ -2,13 +2,13 @@ import pytest
 
 from zllm_core.cache.scope import Scope
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
-from zllm_core.model.demo import resolve_model_dir
 from zllm_core.model.loader import load_model
+from zllm_core.model.model_names import resolve_model
 
 
 @pytest.fixture(scope="session")
 def demo_model():
-    return load_model(resolve_model_dir("zllm-demo"))
+    return load_model(resolve_model("zllm-demo"))
 
 
 @pytest.fixture

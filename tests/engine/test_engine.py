@@ -110,6 +110,15 @@ def test_prompt_beyond_the_context_length_is_refused(make_engine):
         engine.add_request("nested", [[1000, 1001]], GREEDY)
 
 
+def test_a_context_past_the_trained_one_needs_allow_long_context(make_engine):
+    trained = 40960  # zllm-demo's max_position_embeddings
+    with pytest.raises(ValueError, match=f"exceeds the model's trained context of {trained} tokens; "
+                                         "pass --allow-long-context"):
+        make_engine(max_model_len=trained + 1)
+    assert make_engine(max_model_len=trained + 1, allow_long_context=True).max_model_len == trained + 1
+    assert make_engine().max_model_len == trained
+
+
 def test_a_uint32_array_prompt_runs_like_the_same_list_and_hooks_see_every_token(make_engine):
     prompt = random_prompts(1, 30, 31, seed=7)[0]
     seen = []

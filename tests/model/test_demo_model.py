@@ -6,7 +6,8 @@ import pytest
 import torch
 from tiny_models import SingleSequence
 
-from zllm_core.model.demo import DEMO_DIR, DEMO_NAME, MANIFEST, ensure_demo_model, is_complete, resolve_model_dir
+from zllm_core.model.demo import DEMO_DIR, DEMO_NAME, MANIFEST, ensure_demo_model, is_complete
+from zllm_core.model.model_names import resolve_model
 from zllm_core.model.loader import load_model
 
 HF_FILES = {"config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json"}
@@ -57,7 +58,7 @@ def test_partial_demo_without_manifest_is_rebuilt(tmp_path):
 
 def test_demo_name_resolves_through_cache_env(demo_dir, monkeypatch):
     monkeypatch.setenv("ZLLM_CACHE_DIR", str(demo_dir.parent))
-    assert resolve_model_dir(DEMO_NAME) == demo_dir
+    assert resolve_model(DEMO_NAME) == demo_dir
 
 
 @torch.inference_mode()

@@ -82,7 +82,7 @@ def test_bad_config_names_file_and_field(copy_of, arch, changes, message):
 
 
 def test_missing_directory_and_config_are_named(tmp_path):
-    with pytest.raises(CheckpointError, match="model directory not found"):
+    with pytest.raises(CheckpointError, match="neither a model directory nor a .gguf file"):
         load_model(tmp_path / "nope")
     with pytest.raises(CheckpointError, match=r"config.json: file not found"):
         load_model(tmp_path)

@@ -35,10 +35,12 @@ class LiveServer:
             self.process.wait()
 
 
-def start_server(store: Path, *extra: str) -> LiveServer:
+def start_server(store: Path, *extra: str, model: str | None = MODEL,
+                 max_model_len: int = MAX_MODEL_LEN) -> LiveServer:
+    """``model=None`` serves the default model, as a bare ``zllm serve`` does."""
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    cmd = [sys.executable, "-m", "zllm_core.cli", "serve", "--model", MODEL, "--port", "0",
-           "--api-key", API_KEY, "--max-model-len", str(MAX_MODEL_LEN),
+    cmd = [sys.executable, "-m", "zllm_core.cli", "serve", *(["--model", model] if model else []), "--port", "0",
+           "--api-key", API_KEY, "--max-model-len", str(max_model_len),
            "--max-output-tokens", "64", "--max-body-bytes", str(MAX_BODY_BYTES),
            "--response-store", str(store), *extra]
     log = store.with_name(store.name + f".{time.monotonic_ns()}.log")

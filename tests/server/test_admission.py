@@ -5,7 +5,7 @@ import time
 import pytest
 
 from zllm_core.dialects import Message
-from zllm_core.model.demo import resolve_model_dir
+from zllm_core.model.model_names import resolve_model
 from zllm_core.protocols.canonical import CanonicalRequest, RequestError, SamplingParams
 from zllm_core.server.generation import Generation, Limits
 from zllm_core.server.metrics import ServerMetrics
@@ -19,7 +19,7 @@ HUGE = " ".join(f"v{i * 7919 % 1000003:x}q" for i in range(125_000))
 
 @pytest.fixture(scope="module")
 def generation():
-    model_dir = resolve_model_dir("zllm-demo")
+    model_dir = resolve_model("zllm-demo")
     prompts = PromptBuilder.from_model_dir(model_dir, Tokenizer.from_pretrained(model_dir))
     return Generation(None, prompts, Limits(max_model_len=16384, max_output_tokens=64), ServerMetrics(dict, dict))
 

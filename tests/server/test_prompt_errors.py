@@ -4,7 +4,7 @@ import asyncio
 import pytest
 
 from zllm_core.dialects import ChatTemplate, Message, dialect_named
-from zllm_core.model.demo import resolve_model_dir
+from zllm_core.model.model_names import resolve_model
 from zllm_core.protocols.canonical import CanonicalRequest, RequestError, SamplingParams
 from zllm_core.server.generation import Generation, Limits
 from zllm_core.server.metrics import ServerMetrics
@@ -18,7 +18,7 @@ REFUSING = ("{% if messages[0].role != 'system' %}"
 
 @pytest.fixture(scope="module")
 def generation():
-    tokenizer = Tokenizer.from_pretrained(resolve_model_dir("zllm-demo"))
+    tokenizer = Tokenizer.from_pretrained(resolve_model("zllm-demo"))
     prompts = PromptBuilder(ChatTemplate(REFUSING, dialect_named("hermes")), tokenizer)
     return Generation(None, prompts, Limits(max_model_len=1024, max_output_tokens=16), ServerMetrics(dict, dict))
 

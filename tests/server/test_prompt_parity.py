@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from zllm_core.model.demo import resolve_model_dir
+from zllm_core.model.model_names import resolve_model
 from zllm_core.protocols import anthropic_messages as am
 from zllm_core.protocols import openai_chat as oc
 from zllm_core.protocols import openai_responses as orr
@@ -26,7 +26,7 @@ MODEL_TEXT = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {
 
 @pytest.fixture(scope="module")
 def prompts():
-    model_dir = resolve_model_dir("zllm-demo")
+    model_dir = resolve_model("zllm-demo")
     return PromptBuilder.from_model_dir(model_dir, Tokenizer.from_pretrained(model_dir))
 
 

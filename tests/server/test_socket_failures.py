@@ -10,7 +10,7 @@ import threading
 import pytest
 from starlette.testclient import TestClient
 
-from zllm_core.model.demo import resolve_model_dir
+from zllm_core.model.model_names import resolve_model
 from zllm_core.server.app import create_app
 from zllm_core.server.prompt import PromptBuilder
 from zllm_core.server.response_store import ResponseStore
@@ -38,7 +38,7 @@ class BrokenStore(ResponseStore):
 
 @pytest.fixture(scope="module")
 def client():
-    model_dir = resolve_model_dir(MODEL)
+    model_dir = resolve_model(MODEL)
     prompts = PromptBuilder.from_model_dir(model_dir, Tokenizer.from_pretrained(model_dir))
     app = create_app(BrokenEngine(), prompts, ServerConfig(model_name=MODEL))
     app.state.runtime.store = BrokenStore(":memory:")

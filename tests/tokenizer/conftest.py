@@ -45,6 +45,7 @@ def hf_json_dir(tmp_path_factory) -> Path:
         "llama3": ("cl100k_base", {"type": "Sequence", "pretokenizers": [split(llama3), byte_level()]}, None, True),
         "o200k": ("o200k_base", {"type": "Sequence", "pretokenizers": [split(spec("o200k_base")["pat_str"]), byte_level()]}, None, False),
         "qwen2": ("qwen2", {"type": "Sequence", "pretokenizers": [split(spec("qwen2")["pat_str"]), byte_level()]}, {"type": "NFC"}, False),
+        "smollm": ("r50k_base", {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True}, byte_level(use_regex=True)]}, None, False),
         "multi_split": ("cl100k_base", {"type": "Sequence", "pretokenizers": [split(r"\p{N}{1,3}"), split(llama3), byte_level()]}, None, False),
     }
     for shape, (family, pre, normalizer, ignore_merges) in shapes.items():

@@ -13,7 +13,7 @@ from tests.tokenizer.references import byte_level, hf_tokenizer, split, tokenize
 from tests.tokenizer.strategies import mixed_text
 from zllm_core.tokenizer import Tokenizer, UnsupportedTokenizer
 
-SHAPES = ["gpt2", "cl100k", "llama3", "o200k", "qwen2", "multi_split"]
+SHAPES = ["gpt2", "cl100k", "llama3", "o200k", "qwen2", "smollm", "multi_split"]
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,8 @@ REFUSED = {
     "pattern.Regex": lambda j: j["pre_tokenizer"]["pretokenizers"][0]["pattern"].update(Regex=r"\w+"),
     "behavior": lambda j: j["pre_tokenizer"]["pretokenizers"][0].update(behavior="Removed"),
     "pretokenizers[0].type": lambda j: j["pre_tokenizer"]["pretokenizers"].insert(0, {"type": "Whitespace"}),
+    "pretokenizers[0].individual_digits": lambda j: j["pre_tokenizer"]["pretokenizers"].insert(
+        0, {"type": "Digits", "individual_digits": False}),
     "the last step must be ByteLevel": lambda j: j["pre_tokenizer"]["pretokenizers"].pop(),
     "added_tokens[0].lstrip": lambda j: j["added_tokens"][0].update(lstrip=True),
     "added_tokens[0].id": lambda j: j["added_tokens"][0].update(id=5000),

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from tests.tokenizer.conftest import report
 from zllm_core.dialects.chat_template import ChatTemplate
-from zllm_core.model.demo import resolve_model_dir
+from zllm_core.model.model_names import resolve_model
 from zllm_core.tokenizer import Tokenizer
 from zllm_core.tokenizer.incremental import IncrementalTokenizer
 from trace_replay import rendered_calls  # bench/, on sys.path from tests/conftest.py
 
 
 def test_trace_replay_is_exact_at_every_call(agent_trace, capsys):
-    model_dir = resolve_model_dir("zllm-demo")
+    model_dir = resolve_model("zllm-demo")
     tok = Tokenizer.from_pretrained(model_dir)
     inc = IncrementalTokenizer(tok, shadow_rate=0)
     calls = 0

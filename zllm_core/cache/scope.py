@@ -16,11 +16,15 @@ from pathlib import Path
 # dtypes, offsets) and sizes, a changed checkpoint changes the manifest without hashing
 # tens of gigabytes at every start.
 _SAMPLE = 1 << 20
+_GGUF_HEADER = 16 << 20
 
 
 def model_manifest(model_dir: Path, dtype: str) -> str:
-    """A stable digest of a checkpoint directory as served in ``dtype``."""
+    """A stable digest of a checkpoint directory (or GGUF file) as served in ``dtype``."""
     h = hashlib.sha256(f"dtype={dtype}\n".encode())
+    if model_dir.is_file():
+        h.update(gguf_digest(model_dir).encode())
+        return h.hexdigest()
     for name in ("config.json", "generation_config.json"):
         path = model_dir / name
         if path.exists():
@@ -52,8 +56,21 @@ class Scope:
         return hashlib.sha256(body.encode()).digest()
 
 
+def gguf_digest(path: Path) -> str:
+    """A GGUF file's name, size, header (metadata and tensor index, which GGUF puts first: up to
+    _GGUF_HEADER bytes of it) and sampled end: tokenizer and template live in the header too."""
+    h = hashlib.sha256(path.name.encode() + b"\0" + str(path.stat().st_size).encode())
+    with path.open("rb") as f:
+        h.update(f.read(_GGUF_HEADER))
+        f.seek(max(0, path.stat().st_size - _SAMPLE))
+        h.update(f.read(_SAMPLE))
+    return h.hexdigest()
+
+
 def tokenizer_manifest(model_dir: Path) -> str:
     """Digest of the files that define tokenization (and the template inside tokenizer_config)."""
+    if model_dir.is_file():
+        return gguf_digest(model_dir)
     h = hashlib.sha256()
     for path in sorted(model_dir.iterdir()):
         if path.name.startswith("tokenizer") or path.suffix == ".tiktoken" or path.suffix == ".jinja":

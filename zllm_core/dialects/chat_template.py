@@ -19,6 +19,8 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from zllm_core.model.gguf_file import is_gguf, open_gguf
+
 from .conversation import FunctionTool, Message
 from .dialect import ToolDialect
 from .json_args import hf_tojson
@@ -85,6 +87,8 @@ class ChatTemplate:
         self._special_tokens = dict(special_tokens or {})
         # Templates that predate the developer role skip it silently; for them it is a system turn.
         self._developer_role = "developer" in source
+        # Templates that never read `tools` (SmolLM2's) get them from the dialect as plain turns.
+        self._renders_tools = "tools" in source
 
     @classmethod
     def from_model_dir(cls, path: str | Path, dialect: ToolDialect | None = None,
@@ -93,17 +97,20 @@ class ChatTemplate:
         named templates: `name`, else "default")."""
         from .selection import dialect_for  # selection reads templates too: import late
         path = Path(path)
-        config = _read_json(path / "tokenizer_config.json")
         source = read_template(path, name)
         if source is None:
             raise FileNotFoundError(f"no chat template in {path}")
-        return cls(source, dialect or dialect_for(path), special_tokens(config))
+        names = open_gguf(path).special_token_texts() if is_gguf(path) else special_tokens(
+            _read_json(path / "tokenizer_config.json"))
+        return cls(source, dialect or dialect_for(path), names)
 
     def render(self, messages: Sequence[Message], tools: Sequence[FunctionTool] | None = (),
                add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
         context = {**self._special_tokens, **template_kwargs}
         if not self._developer_role:
             messages = [replace(m, role="system") if m.role == "developer" else m for m in messages]
+        if not self._renders_tools:
+            messages, tools = self.dialect.inline_tools(messages, tools or ()), ()
         return self._template.render(
             messages=[self.dialect.template_message(m) for m in messages],
             tools=[t.openai_dict() for t in tools or ()] or None,
@@ -113,6 +120,9 @@ class ChatTemplate:
 
 
 def read_template(path: Path, name: str | None = None) -> str | None:
+    """A directory's template, or a GGUF file's `tokenizer.chat_template`."""
+    if is_gguf(path):
+        return open_gguf(path).chat_template
     jinja_file = path / "chat_template.jinja"
     if jinja_file.is_file():
         return jinja_file.read_text(encoding="utf-8")

@@ -62,6 +62,14 @@ class ToolDialect(ABC):
         """Whether generation after this rendered prompt begins inside a reasoning block."""
         return bool(self.reasoning_prompt_suffix) and prompt.endswith(self.reasoning_prompt_suffix)
 
+    def inline_tools(self, messages: Sequence[Message], tools: Sequence[FunctionTool]) -> list[Message]:
+        """The conversation for a template that renders no tools, with tools, calls and results
+        as plain turns; only a dialect with such a convention (Hermes, over ChatML) can."""
+        if tools or any(m.tool_calls or m.role == "tool" for m in messages):
+            raise ValueError(f"the chat template renders no tools and the {self.name} dialect has no "
+                             "plain-text form for them")
+        return list(messages)
+
     def template_message(self, message: Message) -> dict[str, Any]:
         """A message in the dict shape Hugging Face chat templates read."""
         out: dict[str, Any] = {"role": message.role, "content": message.content}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Sequence
 
 from .conversation import FunctionTool, Message, ToolCall
@@ -205,5 +206,34 @@ class HermesDialect(ToolDialect):
         return text
 
     def render_tool_results(self, results: Sequence[Message]) -> str:
-        body = "".join(f"\n<tool_response>\n{r.content}\n</tool_response>" for r in results)
-        return f"<|im_start|>user{body}<|im_end|>\n"
+        return f"<|im_start|>user\n{_tool_responses(results)}<|im_end|>\n"
+
+    def inline_tools(self, messages: Sequence[Message], tools: Sequence[FunctionTool]) -> list[Message]:
+        """The conversation for a ChatML template that renders no tools (SmolLM2's): the tool
+        instructions end the system turn, calls are assistant text and each run of results is
+        one user turn, so the prompt is byte for byte what Qwen2.5's template would print."""
+        out: list[Message] = []
+        if tools:
+            if messages and messages[0].role == "system":
+                out.append(replace(messages[0], content=messages[0].content + "\n\n" + self.render_tools(tools)))
+                messages = messages[1:]
+            else:
+                out.append(Message("system", self.render_tools(tools)))
+        results: list[Message] = []
+        for m in messages:
+            if m.role == "tool":
+                results.append(m)
+                continue
+            if results:
+                out.append(Message("user", _tool_responses(results)))
+                results = []
+            # The template prints no reasoning for any turn; a call turn drops it the same way.
+            out.append(replace(m, content=self.render_output(replace(m, reasoning=None)), reasoning=None,
+                               tool_calls=()) if m.tool_calls else m)
+        if results:
+            out.append(Message("user", _tool_responses(results)))
+        return out
+
+
+def _tool_responses(results: Sequence[Message]) -> str:
+    return "\n".join(f"<tool_response>\n{r.content}\n</tool_response>" for r in results)

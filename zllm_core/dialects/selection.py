@@ -5,6 +5,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from zllm_core.model.gguf_file import is_gguf, open_gguf
+
 from .chat_template import ChatTemplate, read_template
 from .dialect import ToolDialect
 from .dsml import DSML, DsmlDialect
@@ -33,8 +35,7 @@ def dialect_for(source: str | Path | Mapping[str, Any], explicit: str | None = N
         config = source
     else:
         path = Path(source)
-        config_file = path / "config.json"
-        config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+        config = _config_of(path)
         template = read_template(path)
     name = (_from_template(template) if template else None) or _from_config(config)
     if name is None:
@@ -51,6 +52,14 @@ def prompt_for(model_dir: str | Path, explicit: str | None = None) -> ChatTempla
     return ChatTemplate.from_model_dir(model_dir, dialect)
 
 
+def _config_of(path: Path) -> Mapping[str, Any]:
+    """config.json, or for a GGUF file the model type its metadata names."""
+    if is_gguf(path):
+        return {"model_type": open_gguf(path).architecture}
+    config_file = path / "config.json"
+    return json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+
+
 def _from_template(template: str) -> str | None:
     if DSML in template:
         return "dsml"
@@ -58,6 +67,8 @@ def _from_template(template: str) -> str | None:
         return "glm45" if "</arg_key>\n<arg_value>" in template else "glm47"
     if "<tool_call>" in template:
         return "hermes"
+    if "<|im_start|>" in template:
+        return "hermes"  # ChatML without tool support (SmolLM2): Hermes is ChatML's tool convention
     return None
 
 

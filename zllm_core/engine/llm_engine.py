@@ -37,11 +37,21 @@ class EngineConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     max_model_len: Optional[int] = None
+    allow_long_context: bool = False  # let max_model_len exceed the model's trained context
     attention_backend: str = "auto"
     enable_prefix_cache: bool = True
     block_hash: str = "sha256"  # or "fast128"
     ssd_cache_dir: Optional[str] = None  # the prefix cache's SSD tier; None: off
     ssd_cache_bytes: int = 64 << 30
+
+
+def context_length(config: EngineConfig, trained: int) -> int:
+    """``max_model_len``, or the trained context; past it only when the operator says so."""
+    asked = config.max_model_len or trained
+    if asked > trained and not config.allow_long_context:
+        raise ValueError(f"--max-model-len {asked} exceeds the model's trained context of {trained} tokens; "
+                         "pass --allow-long-context to serve it anyway")
+    return asked
 
 
 @dataclass(frozen=True)
@@ -70,7 +80,7 @@ class LLMEngine:
         self.tokenizer = tokenizer
         mc = model.config
         self.device = torch.device(config.device)
-        self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
+        self.max_model_len = context_length(config, mc.max_position_embeddings)
         dtype = next(model.parameters()).dtype
         layout = KVLayout(mc.num_layers, mc.num_kv_heads, mc.head_dim, dtype, config.block_size)
         self.pool = BlockPool.from_budget(layout, config.kv_cache_bytes, self.device)
@@ -93,12 +103,12 @@ class LLMEngine:
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "LLMEngine":
-        from zllm_core.model.demo import resolve_model_dir
+        from zllm_core.model.model_names import resolve_model
         from zllm_core.model.loader import load_model
         from zllm_core.tokenizer import Tokenizer
 
         config = replace(config, device=resolve_device(config.device))
-        model_dir = resolve_model_dir(config.model)
+        model_dir = resolve_model(config.model)
         model = load_model(model_dir, dtype=config.dtype, device=config.device)
         dtype = str(next(model.parameters()).dtype)
         scope = Scope(model_manifest(model_dir, dtype), tokenizer_manifest(model_dir))

@@ -14,12 +14,10 @@ from typing import Any
 
 import torch
 
+from zllm_core.model.checkpoint_error import CheckpointError
+
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file is missing, malformed or asks for something this runtime does not support."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +51,7 @@ class ModelConfig:
     torch_dtype: torch.dtype
     eos_token_ids: tuple[int, ...]
     bos_token_id: int | None
+    quantization: str | None = None  # how the source file stores the weights (GGUF: "Q4_1"); None: unquantised
 
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> "ModelConfig":
@@ -111,8 +110,10 @@ class _Fields:
         return tuple(ids)
 
 
-def parse_config(raw: dict[str, Any], generation: dict[str, Any], model_dir: Path) -> ModelConfig:
-    f = _Fields(raw, model_dir / "config.json")
+def parse_config(raw: dict[str, Any], generation: dict[str, Any], model_dir: Path,
+                 source: Path | None = None) -> ModelConfig:
+    """``source`` names the file errors blame (default: the directory's config.json)."""
+    f = _Fields(raw, source or model_dir / "config.json")
     architecture = _architecture(f)
     _refuse_unsupported(f)
     num_heads = f.positive("num_attention_heads")

@@ -64,16 +64,6 @@ TOKENIZER_CONFIG = {
 }
 
 
-def resolve_model_dir(name_or_path: str | Path) -> Path:
-    """``zllm-demo`` names the embedded model; anything else is a checkpoint directory."""
-    if str(name_or_path) == DEMO_NAME:
-        return ensure_demo_model()
-    path = Path(name_or_path)
-    if not path.is_dir():
-        raise CheckpointError(f"{path}: model directory not found")
-    return path
-
-
 def ensure_demo_model(cache_dir: str | Path | None = None) -> Path:
     """The demo directory under ``cache_dir`` (default ``$ZLLM_CACHE_DIR`` or ``~/.cache/zllm``), built if needed."""
     root = Path(cache_dir or os.environ.get("ZLLM_CACHE_DIR") or Path.home() / ".cache" / "zllm")

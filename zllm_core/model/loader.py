@@ -1,4 +1,4 @@
-"""Build a ``CausalLM`` from a Hugging Face model directory (or the embedded ``zllm-demo``).
+"""Build a ``CausalLM`` from a Hugging Face model directory or a GGUF file (or a name, see model_names).
 
 The module is built on the meta device and materialised empty, so no time is spent on
 random initialisation; every parameter is then filled from the safetensors files, and a
@@ -15,8 +15,10 @@ from tqdm import tqdm
 
 from zllm_core.model.causal_lm import CausalLM
 from zllm_core.model.config import DTYPES, CheckpointError, ModelConfig
-from zllm_core.model.demo import resolve_model_dir
+from zllm_core.model.gguf import gguf_config, load_gguf_weights
+from zllm_core.model.gguf_file import is_gguf, open_gguf
 from zllm_core.model.layers import Targets
+from zllm_core.model.model_names import resolve_model
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -25,14 +27,18 @@ PROGRESS_BYTES = 1 << 30  # show a progress bar for checkpoints past 1 GiB
 
 def load_model(model_dir: str | Path, dtype: torch.dtype | str | None = None,
                device: torch.device | str = "cpu") -> CausalLM:
-    """``dtype`` defaults to the checkpoint's ``torch_dtype``."""
-    path = resolve_model_dir(model_dir)
-    config = ModelConfig.from_dir(path)
+    """``dtype`` defaults to the checkpoint's ``torch_dtype`` (float32 for GGUF files)."""
+    path = resolve_model(model_dir)
+    gguf = open_gguf(path) if is_gguf(path) else None
+    config = gguf_config(gguf) if gguf else ModelConfig.from_dir(path)
     dtype = _resolve_dtype(dtype, config)
     with torch.device("meta"):
         model = CausalLM(config)
     model = model.to(dtype).to_empty(device=device)
-    load_weights(model, path)
+    if gguf:
+        load_gguf_weights(model, gguf)
+    else:
+        load_weights(model, path)
     return model.requires_grad_(False).eval()
 
 

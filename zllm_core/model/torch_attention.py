@@ -26,6 +26,12 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor 
     return out.to(q.dtype)
 
 
+def _gather(cache: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
+    """Blocks ``[B, n]`` of ``cache [blocks, block_size, Hkv, D]`` -> ``[B, n * block_size, Hkv, D]``.
+    index_select, not ``cache[tables]``: on CPU it copies the same rows about 5x faster."""
+    return cache.index_select(0, tables.reshape(-1)).view(tables.shape[0], -1, *cache.shape[2:])
+
+
 class TorchAttention(AttentionBackend):
     name = "torch"
 
@@ -39,8 +45,8 @@ class TorchAttention(AttentionBackend):
             groups.setdefault((starts[i + 1] - starts[i], seq_len), []).append(i)
         for (q_len, seq_len), rows in groups.items():
             tables = meta.block_tables[rows, :-(-seq_len // k_cache.shape[1])].long()
-            k = k_cache[tables].flatten(1, 2)[:, :seq_len].transpose(1, 2)  # [G, Hkv, L, D]
-            v = v_cache[tables].flatten(1, 2)[:, :seq_len].transpose(1, 2)
+            k = _gather(k_cache, tables)[:, :seq_len].transpose(1, 2)  # [G, Hkv, L, D]
+            v = _gather(v_cache, tables)[:, :seq_len].transpose(1, 2)
             qi = torch.cat([torch.arange(starts[i], starts[i + 1]) for i in rows]).to(q.device)
             mask = _causal_mask(q_len, seq_len, q.device)
             o = _sdpa(q[qi].view(len(rows), q_len, *q.shape[1:]).transpose(1, 2), k, v, mask, scale,
@@ -53,8 +59,8 @@ class TorchAttention(AttentionBackend):
         bs = k_cache.shape[1]
         max_blocks = -(-meta.max_seq_len // bs)
         tables = meta.block_tables[:, :max_blocks].long()
-        k = k_cache[tables].flatten(1, 2)  # [B, L, Hkv, D]
-        v = v_cache[tables].flatten(1, 2)
+        k = _gather(k_cache, tables)  # [B, L, Hkv, D]
+        v = _gather(v_cache, tables)
         valid = torch.arange(k.shape[1], device=q.device)[None, :] < meta.seq_lens[:, None]
         o = _sdpa(q[:, :, None, :], k.transpose(1, 2), v.transpose(1, 2), valid[:, None, None, :], scale)
         return o[:, :, 0, :]

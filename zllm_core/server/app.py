@@ -53,10 +53,14 @@ def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> Fas
     async def models(request: Request) -> dict[str, Any]:
         # One body both SDKs read: OpenAI's list fields and Anthropic's page fields.
         created = runtime(request).created
+        mc = engine.model_config
         model = {"id": config.model_name, "object": "model", "created": created,
                  "owned_by": "zllm", "max_model_len": max_len, "type": "model",
                  "display_name": config.model_name,
-                 "created_at": datetime.fromtimestamp(created, timezone.utc).isoformat()}
+                 "created_at": datetime.fromtimestamp(created, timezone.utc).isoformat(),
+                 # The card: what the model was trained for and how its source file stores it.
+                 "context_length": mc.max_position_embeddings, "architecture": mc.architecture,
+                 "quantization": mc.quantization}
         return {"object": "list", "data": [model], "has_more": False,
                 "first_id": config.model_name, "last_id": config.model_name}
 

@@ -9,6 +9,8 @@ import socket
 import sys
 from pathlib import Path
 
+from zllm_core.model.model_names import DEFAULT_MODEL
+
 
 def default_store_path() -> str:
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
@@ -34,7 +36,8 @@ def byte_size(text: str) -> int:
 
 def add_serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="serve OpenAI Chat/Responses and Anthropic Messages APIs")
-    p.add_argument("--model", default="zllm-demo", help="HF model directory or zllm-demo")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="smollm2 (default), zllm-demo, a .gguf file, or a HF or GGUF model directory")
     p.add_argument("--served-model-name", default=None,
                    help="the name clients pass as `model` (default: the model's name)")
     p.add_argument("--host", default="127.0.0.1")
@@ -42,6 +45,8 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--api-key", action="append", default=[], metavar="KEY[:TENANT]",
                    help="accept this key (repeatable); each key maps to a tenant")
     p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--allow-long-context", action="store_true",
+                   help="accept a --max-model-len beyond the model's trained context")
     p.add_argument("--max-output-tokens", type=int, default=4096,
                    help="cap on any request's output tokens")
     p.add_argument("--max-body-bytes", type=int, default=64 << 20)
@@ -86,7 +91,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from zllm_core.engine.async_engine import AsyncEngine
     from zllm_core.engine.device import describe_device, resolve_device
-    from zllm_core.model.demo import resolve_model_dir
+    from zllm_core.model.model_names import resolve_model
     from zllm_core.server.app import create_app
     from zllm_core.server.gate import parse_api_keys
     from zllm_core.server.prompt import PromptBuilder
@@ -95,7 +100,7 @@ def run_serve(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     sock = bind(args.host, args.port)
     configure_logging(args.log_level)
-    engine_config = {"device": device}
+    engine_config = {"device": device, "allow_long_context": args.allow_long_context}
     if args.max_model_len:
         engine_config["max_model_len"] = args.max_model_len
     if args.kv_cache_bytes:
@@ -103,7 +108,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.ssd_cache_dir:
         engine_config.update(ssd_cache_dir=args.ssd_cache_dir, ssd_cache_bytes=args.ssd_cache_bytes)
     engine = AsyncEngine.from_model(args.model, **engine_config)
-    model_dir = resolve_model_dir(args.model)
+    model_dir = resolve_model(args.model)
     config = ServerConfig(
         model_name=args.served_model_name or Path(str(args.model)).name,
         max_output_tokens=args.max_output_tokens, max_model_len=args.max_model_len,

@@ -1,8 +1,8 @@
 """Hugging Face tokenizer.json (byte-level BPE) -> Vocabulary.
 
 Accepted: model BPE without dropout, byte_fallback or subword affixes; normalizer NFC or none;
-pre_tokenizer ByteLevel, or Split(Regex, Isolated) steps followed by ByteLevel, possibly in a
-Sequence (the Llama 3 / Qwen2 / DeepSeek-V3 shape); added_tokens as specials. Everything
+pre_tokenizer ByteLevel, or Split(Regex, Isolated) or Digits(individual_digits) steps followed by
+ByteLevel, possibly in a Sequence (the Llama 3 / Qwen2 / DeepSeek-V3 / SmolLM shapes); added_tokens as specials. Everything
 else is refused with UnsupportedTokenizer naming the field, never approximated.
 A post_processor only adds template tokens (add_special_tokens=True); encode() matches
 Hugging Face's encode(text, add_special_tokens=False), so it is not applied.
@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from zllm_core.tokenizer.rules import (GPT2_BYTE_LEVEL_PATTERN, Rules, UnsupportedTokenizer,
+from zllm_core.tokenizer.rules import (DIGITS, GPT2_BYTE_LEVEL_PATTERN, Rules, UnsupportedTokenizer,
                                        rules_for_pattern)
 from zllm_core.tokenizer.vocabulary import Vocabulary
 
@@ -115,8 +115,12 @@ def _pre_tokenizer_rules(pre: dict | None) -> tuple[Rules, ...]:
 
 
 def _split_rules(step: dict, field: str) -> Rules:
+    if step.get("type") == "Digits":  # SmolLM's shape: every digit (char::is_numeric, i.e. \p{N}) alone
+        if not step.get("individual_digits"):
+            raise UnsupportedTokenizer(f"{field}.individual_digits: only true")
+        return DIGITS
     if step.get("type") != "Split":
-        raise UnsupportedTokenizer(f"{field}.type: {step.get('type')!r} (only Split before ByteLevel)")
+        raise UnsupportedTokenizer(f"{field}.type: {step.get('type')!r} (only Split or Digits before ByteLevel)")
     if step.get("behavior") != "Isolated" or step.get("invert"):
         raise UnsupportedTokenizer(f"{field}.behavior: only Isolated without invert")
     pattern = step.get("pattern") or {}

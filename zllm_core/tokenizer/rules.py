@@ -62,7 +62,7 @@ class Rules:
     punct_slash: bool = False         # `/` joins that suffix
     space_run_to_end: bool = False    # `\s+$`: a space run reaching the end is one piece
     newline_rule: bool = False        # `\s*[\r\n]+`: a space run ends after its last newline
-    digits_only: bool = False         # Split(`\p{N}{1,3}`): digit groups, the rest as gaps
+    digits_only: bool = False         # Split(`\p{N}{1,k}`), k = digit_group: digit groups, the rest as gaps
     exact: bool = True
 
     def to_native(self) -> _native.Grammar:
@@ -83,7 +83,8 @@ QWEN2 = Rules("qwen2", Contractions.PREFIX_CASE_INSENSITIVE, digit_group=1,
               punct_newlines=True, newline_rule=True)
 O200K = Rules("o200k", Contractions.SUFFIX_CASE_INSENSITIVE, Letters.CASED, digit_group=3,
               punct_newlines=True, punct_slash=True, newline_rule=True)
-DIGIT_GROUPS = Rules("digit_groups", digits_only=True)
+DIGIT_GROUPS = Rules("digit_groups", digit_group=3, digits_only=True)
+DIGITS = Rules("digits", digit_group=1, digits_only=True)  # HF Digits(individual_digits=True)
 
 CL100K_PATTERN = (r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"
                   r"|\s++$|\s*[\r\n]|\s+(?!\S)|\s")
@@ -106,6 +107,7 @@ PATTERNS: dict[str, Rules] = {
     rf"|[^\r\n\p{{L}}\p{{N}}]?{_O200K_WORD}+{_O200K_LOWER}*{_SUFFIX}"
     r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+": O200K,
     r"\p{N}{1,3}": DIGIT_GROUPS,
+    r"\p{N}": DIGITS,
 }
 # Hugging Face runs Split patterns on Oniguruma (Ruby syntax), where `{1,3}+` is not possessive
 # but `(?:{1,3})+`: cl100k's digit groups become one unbounded digit run there.

@@ -11,8 +11,11 @@ from typing import AbstractSet, Literal
 import numpy as np
 
 from zllm_core import _native
+from zllm_core.model.gguf_file import is_gguf
+from zllm_core.tokenizer.gguf_vocab import load_gguf_vocabulary
 from zllm_core.tokenizer.hf_json import load_tokenizer_json
 from zllm_core.tokenizer.rules import Rules, UnsupportedTokenizer
+from zllm_core.tokenizer.unspellable import unspellable_pattern
 from zllm_core.tokenizer.vocabulary import Vocabulary, load_family
 
 SpecialSet = AbstractSet[str] | Literal["all"]
@@ -27,6 +30,7 @@ class Tokenizer:
         self.special_tokens: dict[str, int] = dict(vocab.special_tokens)
         self.vocab_size: int = max(len(vocab.tokens), max(self.special_tokens.values(), default=-1) + 1)
         self._normalizer = vocab.normalizer
+        self._unspellable = unspellable_pattern(vocab.tokens)
         self._core = _native.TokenizerCore(
             tokens=vocab.tokens,
             merges=vocab.merges,
@@ -48,9 +52,16 @@ class Tokenizer:
         return cls(load_tokenizer_json(path))
 
     @classmethod
+    def from_gguf(cls, path: str | os.PathLike) -> "Tokenizer":
+        return cls(load_gguf_vocabulary(path))
+
+    @classmethod
     def from_pretrained(cls, model_dir: str | os.PathLike, vocab_dir: str | os.PathLike | None = None) -> "Tokenizer":
-        """tokenizer.json if present, else tokenizer_config.json's "zllm_tokenizer_family"."""
+        """A GGUF file's own metadata; in a directory tokenizer.json if present, else
+        tokenizer_config.json's "zllm_tokenizer_family"."""
         model_dir = Path(model_dir)
+        if is_gguf(model_dir):
+            return cls.from_gguf(model_dir)
         if (model_dir / "tokenizer.json").is_file():
             return cls.from_tokenizer_json(model_dir / "tokenizer.json")
         config = model_dir / "tokenizer_config.json"
@@ -107,10 +118,21 @@ class Tokenizer:
         return self._core
 
     def normalize(self, text: str, normal_prefix: int = 0) -> str:
-        """The text as this tokenizer sees it (NFC when the tokenizer.json asks for it).
+        """The text as this tokenizer sees it (NFC when the tokenizer.json asks for it, without
+        the characters the vocabulary cannot spell, see unspellable.py).
         `normal_prefix`: text[:normal_prefix] is known to be in normal form (it is a prefix of a
         normalized text, as a session's is), so only what follows the last ASCII character
         before it is normalized: O(len(text) - normal_prefix) for a continuing conversation."""
+        composed = self._compose(text, normal_prefix)
+        if self._unspellable is None:
+            return composed
+        # Composition neither makes nor removes an unspellable character (controls, planes 4-16).
+        first = self._unspellable.search(composed, normal_prefix if composed is text else 0)
+        if first is None:
+            return composed
+        return composed[:first.start()] + self._unspellable.sub("", composed[first.start():])
+
+    def _compose(self, text: str, normal_prefix: int) -> str:
         if self._normalizer != "NFC" or text.isascii():
             return text
         start = _nfc_safe_start(text, normal_prefix)
