@@ -26,7 +26,7 @@ import torch
 from zllm_core.cache.scope import CacheHint, Scope
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
 from zllm_core.engine.sampling_params import SamplingParams
-from zllm_core.model.demo import resolve_model_dir
+from zllm_core.model.model_names import resolve_model
 from zllm_core.model.loader import load_model
 
 FIRST_TOKEN = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
@@ -106,7 +106,7 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="where the snapshots go (default: a temp dir on /tmp's disk)")
     args = ap.parse_args()
     logging.getLogger("zllm.cache").setLevel(logging.ERROR)  # random prompts are all near-misses
-    model = load_model(resolve_model_dir("zllm-demo"))
+    model = load_model(resolve_model("zllm-demo"))
     limit = model.config.max_position_embeddings
     print(f"zllm-demo on {torch.get_num_threads()} torch threads; TTFT of a {SUFFIX}-token suffix")
     print(f"{'prefix':>7} {'prefill s':>10} {'device s':>9} {'ssd s':>9} {'restore s':>9} "
