@@ -220,7 +220,9 @@ def test_a_thousand_requests_with_cancels_and_failed_restores_leave_the_pool_emp
             cache.ssd.writer.flush()
             for blob in (tmp_path / "blobs").iterdir():
                 flip_data_bit(blob)
-    assert cache.ssd.stats.hits > 500 and cache.ssd.stats.quarantined >= 10
+    # How many restores hit depends on how far the asynchronous writer got before each request
+    # (485 to 834 seen): the property is that many did, each exact, and the bad ones were caught.
+    assert cache.ssd.stats.hits > 200 and cache.ssd.stats.quarantined >= 10
     cache.clear()
     assert pool.is_empty()
     cache.close()
