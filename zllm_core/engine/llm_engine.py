@@ -96,8 +96,8 @@ class LLMEngine:
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "LLMEngine":
-        from zllm_core.model.model_names import resolve_model
         from zllm_core.model.loader import load_model
+        from zllm_core.model.model_names import resolve_model
         from zllm_core.tokenizer import Tokenizer
 
         model_dir = resolve_model(config.model)
