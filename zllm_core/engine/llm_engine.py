@@ -103,8 +103,8 @@ class LLMEngine:
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "LLMEngine":
-        from zllm_core.model.model_names import resolve_model
         from zllm_core.model.loader import load_model
+        from zllm_core.model.model_names import resolve_model
         from zllm_core.tokenizer import Tokenizer
 
         config = replace(config, device=resolve_device(config.device))
