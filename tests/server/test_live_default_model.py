@@ -83,3 +83,22 @@ def test_messages_answers_like_transformers(server, expected):
     # Anthropic counts the prompt tokens the cache served (the earlier tests' prompt) apart.
     usage = r.usage
     assert (usage.input_tokens + usage.cache_read_input_tokens, usage.output_tokens) == (prompt_tokens, answer_tokens)
+
+
+def test_a_forced_tool_call_on_the_real_model_is_valid(openai_client):
+    """SmolLM2 spells `<tool_call>` in several tokens (no special token): the fence forces the
+    spelled tag and the schema, with sampling on."""
+    import json
+
+    import jsonschema
+
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
+                                               "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": schema}}]
+    for seed in range(2):
+        r = openai_client.chat.completions.create(model=SMOLLM2, tools=tools, tool_choice="required",
+                                                  messages=[{"role": "user", "content": "Weather in Paris?"}],
+                                                  max_tokens=40, temperature=1.0, seed=seed, parallel_tool_calls=False)
+        (call,) = r.choices[0].message.tool_calls
+        assert r.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+        jsonschema.validate(json.loads(call.function.arguments), schema)
