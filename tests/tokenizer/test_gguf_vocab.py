@@ -16,9 +16,9 @@ SPECIALS = {"<|im_start|>": CONTROL, "<|im_end|>": CONTROL, "<think>": USER_DEFI
 
 
 @pytest.fixture(scope="module")
-def r50k_metadata(shared_dir):
+def r50k_metadata():
     """r50k's byte-level tokens and merges as a GGUF spells them, with three added tokens."""
-    text, merges = references._vocab_and_merges(tuple(references.family_tokens(shared_dir, "r50k_base")))
+    text, merges = references._vocab_and_merges(tuple(references.family_tokens("r50k_base")))
     texts = [text[i] for i in range(len(text))] + list(SPECIALS)
     types = [1] * len(text) + list(SPECIALS.values())
     return texts, [f"{l} {r}" for l, r in merges], types
