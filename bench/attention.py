@@ -29,6 +29,8 @@ from torch.nn.attention.bias import causal_lower_right  # noqa: E402  (imports t
 from zllm_core.model.cuda_attention import cuda_paged_decode, fits_kernel, native_decode  # noqa: E402
 from zllm_core.model.triton_attention import kernels  # noqa: E402
 
+from cuda_timing import cuda_seconds  # noqa: E402  (bench/ is on sys.path when run as a script)
+
 TARGET = (64, 32768)  # the acceptance point: batch 64 at 32K tokens...
 TARGET_RATIO = 0.70   # ...must reach 70% of copy bandwidth
 
@@ -56,14 +58,7 @@ def timed(fn, device: torch.device, reps: int) -> float:
         for _ in range(reps):
             fn()
         return (time.perf_counter() - start) / reps
-    torch.cuda.synchronize()
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    end.synchronize()
-    return begin.elapsed_time(end) / 1e3 / reps
+    return cuda_seconds(fn, reps)
 
 
 def copy_bandwidth(device: torch.device, nbytes: int) -> float:

@@ -25,22 +25,13 @@ import torch
 
 from zllm_core.cache.scope import CacheHint, Scope
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
-from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.model.model_names import resolve_model
 from zllm_core.model.loader import load_model
 
-FIRST_TOKEN = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+from prefix_cache import ttft  # bench/ is on sys.path when run as a script
+
 SUFFIX = 32
 READ_CHUNK = 16 << 20
-
-
-def ttft(engine: LLMEngine, prompt: list[int], rid: str, hint: CacheHint) -> tuple[float, int]:
-    start = time.perf_counter()
-    engine.add_request(rid, prompt, FIRST_TOKEN, hint)
-    while True:
-        outs = engine.step()
-        if outs:
-            return time.perf_counter() - start, outs[0].cached_tokens
 
 
 def drop_page_cache(directory: Path) -> None:

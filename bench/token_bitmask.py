@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zllm_core.fence import bitmask as bm  # noqa: E402
 
+from cuda_timing import cuda_seconds  # noqa: E402  (bench/ is on sys.path when run as a script)
+
 HEAD_VOCAB, VOCAB = 151936, 151669
 MASKS = {"random": 0.5, "sparse": 0.01, "dense": 0.99}  # share of tokens allowed
 
@@ -38,14 +40,7 @@ def timed(fn, device: torch.device, reps: int) -> float:
             fn()
             times.append(time.perf_counter() - start)
         return statistics.median(times)
-    torch.cuda.synchronize()
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    end.synchronize()
-    return begin.elapsed_time(end) / 1e3 / reps
+    return cuda_seconds(fn, reps)
 
 
 def backends(device: torch.device) -> list[str]:
