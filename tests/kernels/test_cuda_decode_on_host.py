@@ -3,20 +3,15 @@ thread a fiber, warps in lockstep), against the torch reference.  This checks th
 indexing, GQA grouping, shuffles and split merging on machines without a GPU; the same
 tests in test_paged_decode.py run the compiled kernel where a GPU exists."""
 import ctypes
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 import torch
 
 from paged_case import TOLERANCE, make_case, relative_error
+from simt_build import host_library
 from zllm_core.model.cuda_attention import DTYPE_CODES
 from zllm_core.model.triton_attention import kernels
 
-HERE = Path(__file__).resolve().parent
-CSRC = HERE.parents[1] / "csrc"
-CXX = shutil.which("g++")
 
 
 class Args(ctypes.Structure):
@@ -32,12 +27,7 @@ class Args(ctypes.Structure):
 
 @pytest.fixture(scope="module")
 def host_decode(tmp_path_factory):
-    if CXX is None:
-        pytest.skip("g++ not found")
-    lib = tmp_path_factory.mktemp("cuda_host") / "decode.so"
-    subprocess.run([CXX, "-std=c++20", "-O1", "-shared", "-fPIC", f"-I{CSRC}", f"-I{HERE}",
-                    str(HERE / "cuda_decode_host.cpp"), "-o", str(lib)], check=True, timeout=300)
-    entry = ctypes.CDLL(str(lib)).host_paged_decode
+    entry = host_library(tmp_path_factory, "cuda_decode_host.cpp").host_paged_decode
 
     def decode(case, split):
         q, k, v, m = case.q, case.k_cache, case.v_cache, case.meta

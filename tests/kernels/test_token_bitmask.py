@@ -2,19 +2,14 @@
 reading of the layout, and every backend against the reference, bit for bit.  The CUDA
 kernel's own source also runs here, built for the host over the SIMT stand-ins."""
 import ctypes
-import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from simt_build import host_library
 from zllm_core.fence import bitmask as bm
 
-HERE = Path(__file__).resolve().parent
-CSRC = HERE.parents[1] / "csrc"
-CXX = shutil.which("g++")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 # (logits rows, head_vocab, vocab_size, fenced rows or None): a one-row batch; a full batch
@@ -40,12 +35,7 @@ class Args(ctypes.Structure):
 
 @pytest.fixture(scope="module")
 def host_cuda_kernel(tmp_path_factory):
-    if CXX is None:
-        pytest.skip("g++ not found")
-    lib = tmp_path_factory.mktemp("cuda_host") / "token_bitmask.so"
-    subprocess.run([CXX, "-std=c++20", "-O1", "-shared", "-fPIC", f"-I{CSRC}", f"-I{HERE}",
-                    str(HERE / "token_bitmask_host.cpp"), "-o", str(lib)], check=True, timeout=300)
-    entry = ctypes.CDLL(str(lib)).host_apply_token_bitmask
+    entry = host_library(tmp_path_factory, "token_bitmask_host.cpp").host_apply_token_bitmask
 
     def apply(logits, bitmask, rows, vocab_size):
         bm.check_operands(logits, bitmask, rows, vocab_size)
