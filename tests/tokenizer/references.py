@@ -75,3 +75,14 @@ def regex_pieces(pattern: str, text: str) -> list[str]:
     """The reference regex's pieces (Oniguruma, via a Hugging Face Split)."""
     pre = tokenizers.pre_tokenizers.Split(tokenizers.Regex(pattern), "isolated")
     return [p for p, _ in pre.pre_tokenize_str(text)]
+
+
+def assert_corpora_identical(ours, ref: tokenizers.Tokenizer, documents: dict[str, list[str]], label: str) -> int:
+    """Every corpus encoded by zllm_core (specials allowed) and by Hugging Face (no template
+    tokens) gives the same ids; returns the number of tokens compared."""
+    tokens = 0
+    for name, docs in documents.items():
+        expected = [e.ids for e in ref.encode_batch(docs, add_special_tokens=False)]
+        assert ours.encode_batch(docs, allowed_special="all") == expected, f"{label} deviates on {name}"
+        tokens += sum(map(len, expected))
+    return tokens

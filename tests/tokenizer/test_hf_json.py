@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 
 from tests.tokenizer.conftest import report
-from tests.tokenizer.references import byte_level, hf_tokenizer, split, tokenizer_json
+from tests.tokenizer.references import assert_corpora_identical, byte_level, hf_tokenizer, split, tokenizer_json
 from tests.tokenizer.strategies import mixed_text
 from zllm_core.tokenizer import Tokenizer, UnsupportedTokenizer
 
@@ -25,12 +25,8 @@ def pairs(hf_json_dir):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_corpora_match_hugging_face(shape, pairs, documents, capsys):
     ours, ref = pairs[shape]
-    chars = tokens = 0
-    for name, docs in documents.items():
-        expected = [e.ids for e in ref.encode_batch(docs, add_special_tokens=False)]
-        assert ours.encode_batch(docs, allowed_special="all") == expected, f"{shape} deviates on {name}"
-        chars += sum(map(len, docs))
-        tokens += sum(map(len, expected))
+    tokens = assert_corpora_identical(ours, ref, documents, shape)
+    chars = sum(len(d) for docs in documents.values() for d in docs)
     report(capsys, f"tokenizer.json {shape}: {chars:,} characters, {tokens:,} tokens identical to Hugging Face")
 
 

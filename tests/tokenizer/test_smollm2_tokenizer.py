@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tests.tokenizer.conftest import report
 from tests.tokenizer.gguf_vocabs import reference_tokenizer
+from tests.tokenizer.references import assert_corpora_identical
 from tests.tokenizer.strategies import CONTRACTIONS, DIGITS, SPACES, digit_run, mixed_text
 from zllm_core.model.config import CheckpointError
 from zllm_core.model.model_names import smollm2_path
@@ -57,11 +58,7 @@ def test_vocabulary_and_specials(pair):
 
 def test_corpora_match_the_published_pipeline(pair, documents, capsys):
     ours, ref = pair
-    tokens = 0
-    for name, docs in documents.items():
-        expected = [e.ids for e in ref.encode_batch(docs, add_special_tokens=False)]
-        assert ours.encode_batch(docs, allowed_special="all") == expected, f"deviates on {name}"
-        tokens += sum(map(len, expected))
+    tokens = assert_corpora_identical(ours, ref, documents, "SmolLM2")
     report(capsys, f"SmolLM2 GGUF: {tokens:,} tokens identical to Digits+ByteLevel (0 deviations)")
 
 
