@@ -25,6 +25,16 @@ HERMES = dialect_named("hermes")
 _GRAMMARS = {}
 
 
+def shortest_completion(dfa) -> bytes:
+    """The bytes of one shortest path from the start to acceptance, by the DFA's distances."""
+    state, out = dfa.start, bytearray()
+    while not dfa.accepting[state]:
+        b = next(b for b in range(256) if dfa.distance[dfa.table[state, dfa.classes[b]]] == dfa.distance[state] - 1)
+        out.append(b)
+        state = int(dfa.table[state, dfa.classes[b]])
+    return bytes(out)
+
+
 def fence(vocab, choice, tools=TOOLS, in_reasoning=False, max_tokens=160):
     key = (choice, tuple(t.name for t in tools), in_reasoning)  # compiled once per module, as a server does
     if key not in _GRAMMARS:
@@ -103,7 +113,7 @@ def test_none_never_completes_the_trigger(qwen, vocab):
 
 def test_a_budget_just_above_the_shortest_completion_still_ends_valid(qwen, vocab):
     tools = [t for t in TOOLS if t.name == "todo_write"]
-    shortest = fence(vocab, ToolChoice("required"), tools).grammar.dfa.shortest_completion(0)
+    shortest = shortest_completion(fence(vocab, ToolChoice("required"), tools).grammar.dfa)
     for tag, pseudo in vocab.pseudo.items():  # a tag's special token is one pseudo byte there
         shortest = shortest.replace(bytes((pseudo,)), tag.encode())
     budget = len(qwen.encode(shortest.decode(), allowed_special="all")) + 2

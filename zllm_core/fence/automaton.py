@@ -238,20 +238,6 @@ class Dfa:
             state = int(self.table[state, self.classes[b]])
         return state
 
-    def shortest_completion(self, state: int) -> bytes:
-        """The bytes of one shortest path from `state` to acceptance."""
-        if state == self.dead:
-            raise ValueError("the dead state has no completion")
-        out = bytearray()
-        while not self.accepting[state]:
-            for b in range(256):
-                nxt = int(self.table[state, self.classes[b]])
-                if self.distance[nxt] == self.distance[state] - 1:
-                    out.append(b)
-                    state = nxt
-                    break
-        return bytes(out)
-
 
 UNREACHABLE = np.iinfo(np.int32).max // 2
 

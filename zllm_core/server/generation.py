@@ -8,23 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from concurrent.futures import ThreadPoolExecutor
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Union
 
 from zllm_core.cache.scope import CacheHint
 from zllm_core.engine.async_engine import EngineError
-from zllm_core.protocols.canonical import (
-    CanonicalRequest, Finish, LogprobEntry, Logprobs, OutputEvent, ParsedOutput, RequestError,
-    ToolCallStart, Usage,
-)
 from zllm_core.fence.factory import FenceFactory
 from zllm_core.fence.grammar import FenceError
 from zllm_core.fence.guard import GuardConfig
 from zllm_core.fence.json_schema import UnsupportedSchema
 from zllm_core.fence.token_fence import TokenFence
+from zllm_core.protocols.canonical import (
+    CanonicalRequest, Finish, LogprobEntry, Logprobs, OutputEvent, ParsedOutput, RequestError,
+    ToolCallStart, Usage,
+)
 from zllm_core.server import access_log
 from zllm_core.server.metrics import ServerMetrics
 from zllm_core.server.prompt import Prompt, PromptBuilder
