@@ -1,5 +1,6 @@
-// Plain-C++ view of the CUDA paged decode kernel, so the pybind11 binding compiles
-// without CUDA headers.  Pointers are device addresses; strides are in elements.
+// Plain-C++ view of the paged decode kernels (CUDA: paged_decode.cu, CPU:
+// paged_decode_cpu.cpp), so the pybind11 binding compiles without CUDA headers.  Pointers
+// are addresses on the kernel's device; strides are in elements.
 #pragma once
 
 #include <cstdint>
@@ -29,5 +30,9 @@ struct PagedDecodeArgs {
 
 // Enqueues the decode on `stream` (a cudaStream_t); returns nullptr or a CUDA error message.
 const char* paged_decode_cuda(const PagedDecodeArgs& args, std::uintptr_t stream);
+
+// Runs the decode on the calling thread and up to num_threads - 1 more (float32 caches; the
+// split fields are unused); returns nullptr or why the arguments are refused.
+const char* paged_decode_cpu(const PagedDecodeArgs& args, int num_threads);
 
 }  // namespace zllm

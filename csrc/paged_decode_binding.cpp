@@ -1,6 +1,6 @@
-// Python entry point of the CUDA paged decode kernel: raw device pointers, element strides
-// and a stream handle, so the extension never links against libtorch.  Registered only in
-// builds that compiled csrc/*.cu (ZLLM_WITH_CUDA); elsewhere the module simply lacks it.
+// Python entry points of the paged decode kernels: raw pointers, element strides and (for
+// CUDA) a stream handle, so the extension never links against libtorch.  The CPU kernel is
+// always registered; the CUDA launch only in builds that compiled csrc/*.cu (ZLLM_WITH_CUDA).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -14,16 +14,16 @@
 namespace py = pybind11;
 
 namespace zllm {
-
-#ifdef ZLLM_WITH_CUDA
 namespace {
 
 using Pointers = std::array<std::uintptr_t, 8>;  // q, k, v, tables, seq_lens, out, part_acc, part_ml
 using Sizes = std::array<int, 8>;  // dtype, batch, heads, kv_heads, head_dim, page, split_len, splits
 using Strides = std::array<int64_t, 11>;  // q(seq, head), k(block, slot, head), v(...), table, out(seq, head)
 
-void decode(const Pointers& p, const Sizes& n, const Strides& s, float scale_log2,
-            std::uintptr_t stream) {
+PagedDecodeArgs unpack(const Pointers& p, const Sizes& n, const Strides& s, float scale_log2) {
+  if (n[0] < 0 || n[0] > static_cast<int>(KvDtype::kBFloat16)) {
+    throw std::invalid_argument("paged decode: unknown dtype code " + std::to_string(n[0]));
+  }
   PagedDecodeArgs a{};
   a.q = reinterpret_cast<const void*>(p[0]);
   a.k_cache = reinterpret_cast<const void*>(p[1]);
@@ -53,21 +53,38 @@ void decode(const Pointers& p, const Sizes& n, const Strides& s, float scale_log
   a.table_stride = s[8];
   a.out_stride_seq = s[9];
   a.out_stride_head = s[10];
-  if (const char* err = paged_decode_cuda(a, stream)) {
+  return a;
+}
+
+void decode_cpu(const Pointers& p, const Sizes& n, const Strides& s, float scale_log2, int num_threads) {
+  const PagedDecodeArgs a = unpack(p, n, s, scale_log2);
+  const char* err;
+  {
+    py::gil_scoped_release release;  // plain loops over memory Python does not touch meanwhile
+    err = paged_decode_cpu(a, num_threads);
+  }
+  if (err) throw std::invalid_argument(std::string("paged_decode_cpu: ") + err);
+}
+
+#ifdef ZLLM_WITH_CUDA
+void decode_cuda(const Pointers& p, const Sizes& n, const Strides& s, float scale_log2,
+                 std::uintptr_t stream) {
+  if (const char* err = paged_decode_cuda(unpack(p, n, s, scale_log2), stream)) {
     throw std::runtime_error(std::string("paged_decode_cuda: ") + err);
   }
 }
-
-}  // namespace
 #endif
 
+}  // namespace
+
 void register_paged_decode(py::module_& m) {
+  m.def("paged_decode_cpu", &decode_cpu, py::arg("pointers"), py::arg("sizes"), py::arg("strides"),
+        py::arg("scale_log2"), py::arg("num_threads"),
+        "Paged decode attention on the CPU (field order: see csrc/paged_decode_binding.cpp).");
 #ifdef ZLLM_WITH_CUDA
-  m.def("paged_decode_cuda", &decode, py::arg("pointers"), py::arg("sizes"), py::arg("strides"),
+  m.def("paged_decode_cuda", &decode_cuda, py::arg("pointers"), py::arg("sizes"), py::arg("strides"),
         py::arg("scale_log2"), py::arg("stream"),
         "Enqueue paged decode attention (field order: see csrc/paged_decode_binding.cpp).");
-#else
-  (void)m;
 #endif
 }
 

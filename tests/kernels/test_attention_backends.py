@@ -6,8 +6,8 @@ from paged_case import DEVICE, TOLERANCE, make_case, relative_error
 from zllm_core.model.attention_backend import ForwardContext, select_backend
 
 
-def test_auto_is_the_reference_on_cpu_and_triton_on_cuda():
-    assert select_backend(torch.device("cpu")).name == "torch"
+def test_auto_is_the_native_kernel_on_cpu_and_triton_on_cuda():
+    assert select_backend(torch.device("cpu")).name == "cpu"
     if DEVICE == "cuda":
         assert select_backend(torch.device("cuda")).name == "triton"
 
@@ -15,6 +15,7 @@ def test_auto_is_the_reference_on_cpu_and_triton_on_cuda():
 def test_each_backend_can_be_forced():
     assert select_backend(torch.device(DEVICE), "torch").name == "torch"
     assert select_backend(torch.device(DEVICE), "triton").name == "triton"
+    assert select_backend(torch.device("cpu"), "cpu").name == "cpu"
 
 
 def test_cuda_backend_is_refused_on_cpu_and_unknown_names_everywhere():
@@ -24,27 +25,28 @@ def test_cuda_backend_is_refused_on_cpu_and_unknown_names_everywhere():
         select_backend(torch.device(DEVICE), "flash")
 
 
-@pytest.mark.parametrize("backend", ["triton", "cuda"])
-def test_backend_attends_like_the_reference_through_the_forward_context(backend):
+@pytest.mark.parametrize("backend,dtype", [("triton", torch.bfloat16), ("cuda", torch.bfloat16),
+                                           ("cpu", torch.float32), ("cpu", torch.bfloat16)])
+def test_backend_attends_like_the_reference_through_the_forward_context(backend, dtype):
     """The demo model's shape (4 query heads, 2 KV heads, head_dim 64): a mixed
-    prefill step, then a decode step, each writing its K/V through the context first."""
+    prefill step, then a decode step, each writing its K/V through the context first.
+    The CPU kernel takes float32; a bfloat16 cache falls back to the reference."""
     if backend == "cuda" and DEVICE != "cuda":
         pytest.skip("the CUDA backend needs a GPU")
-    device = torch.device(DEVICE)
+    device = torch.device("cpu" if backend == "cpu" else DEVICE)
     kernel, reference = select_backend(device, backend), select_backend(device, "torch")
     seq_lens = [20, 40, 30]
     for query_lens, seed in [([20, 1, 7], 5), ([1, 1, 1], 6)]:
         case = make_case(seq_lens, query_lens, 4, 2, head_dim=64, block_size=16,
-                         dtype=torch.bfloat16, seed=seed)
+                         dtype=dtype, seed=seed, device=device.type)
         case.meta.slot_mapping = new_token_slots(case.meta.block_tables, seq_lens, query_lens, 16)
         gen = torch.Generator().manual_seed(seed)
-        k, v = (torch.randn(sum(query_lens), 2, 64, generator=gen).to(device, torch.bfloat16)
-                for _ in "kv")
+        k, v = (torch.randn(sum(query_lens), 2, 64, generator=gen).to(device, dtype) for _ in "kv")
         outs = []
         for chosen in (kernel, reference):
             ctx = ForwardContext(case.meta, [(case.k_cache.clone(), case.v_cache.clone())], chosen)
             outs.append(ctx.attend(0, case.q, k, v, case.scale))
-        assert relative_error(outs[0], outs[1]) < TOLERANCE[torch.bfloat16]
+        assert relative_error(outs[0], outs[1]) < TOLERANCE[dtype]
 
 
 def new_token_slots(tables, seq_lens, query_lens, block_size):

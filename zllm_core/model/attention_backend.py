@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from zllm_core.model.native_decode import native_entry
 
 @dataclass
 class AttentionMetadata:
@@ -76,16 +77,24 @@ class ForwardContext:
 def select_backend(device: torch.device, name: str = "auto") -> AttentionBackend:
     """The backend called ``name`` for ``device``; ``auto`` picks the fastest that fits.
 
-    ``auto`` is the Triton kernels on CUDA (when triton is installed), else the torch reference.  ``cuda`` decodes
+    ``auto`` is the Triton kernels on CUDA (when triton is installed), the native CPU decode
+    kernel on a CPU (when the extension is built), else the torch reference.  ``cuda`` decodes
     with the native kernel (prefill stays on Triton) and needs an extension built with nvcc.
     ``triton`` on a CPU runs in Triton's interpreter, which must be switched on
     (TRITON_INTERPRET=1) before triton is first imported: slow, but exact, for tests.
     """
     if name == "auto":
-        name = "triton" if device.type == "cuda" and importlib.util.find_spec("triton") else "torch"
+        name = "torch"
+        if device.type == "cuda" and importlib.util.find_spec("triton"):
+            name = "triton"
+        elif device.type == "cpu" and native_entry("paged_decode_cpu") is not None:
+            name = "cpu"
     if name == "torch":
         from zllm_core.model.torch_attention import TorchAttention
         return TorchAttention()
+    if name == "cpu" and device.type == "cpu":
+        from zllm_core.model.cpu_attention import CpuAttention
+        return CpuAttention()
     if name == "triton" and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"):
         from zllm_core.model.triton_attention import TritonAttention
         return TritonAttention()

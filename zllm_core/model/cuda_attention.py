@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from zllm_core.model.attention_backend import AttentionMetadata
+from zllm_core.model.native_decode import DTYPE_CODES, native_entry, pack_operands
 from zllm_core.model.triton_attention import TritonAttention, kernels
 
-# The kernel's KvDtype codes and the template instances it was built with.
-DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+# The template instances the kernel was built with.
 HEAD_DIMS = (64, 128)
 GROUPS = (1, 2, 4, 8)
 SPLIT_STEP = 64  # split lengths are rounded to this many tokens
@@ -16,11 +16,7 @@ SPLIT_STEP = 64  # split lengths are rounded to this many tokens
 
 def native_decode():
     """The extension's ``paged_decode_cuda``, or None when it was built without CUDA."""
-    try:
-        from zllm_core import _native
-    except ImportError:
-        return None
-    return getattr(_native, "paged_decode_cuda", None)
+    return native_entry("paged_decode_cuda")
 
 
 def fits_kernel(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
@@ -41,23 +37,16 @@ def cuda_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
                       split: kernels.DecodeSplit | None = None) -> torch.Tensor:
     """``kernels.paged_decode`` on the CUDA kernel; the caller checks ``fits_kernel`` first."""
     batch, num_heads, head_dim = q.shape
-    _, page, num_kv_heads, _ = k_cache.shape
-    split = split or kernels.plan_splits(batch, num_kv_heads, max_seq_len, SPLIT_STEP,
+    split = split or kernels.plan_splits(batch, k_cache.shape[2], max_seq_len, SPLIT_STEP,
                                          kernels.target_programs(q.device))
     out = torch.empty_like(q) if out is None else out
     rows = batch * num_heads * split.num_splits if split.num_splits > 1 else 0
     part_acc = torch.empty(rows, head_dim, dtype=torch.float32, device=q.device)
     part_ml = torch.empty(rows, 2, dtype=torch.float32, device=q.device)
-    assert block_tables.dtype == seq_lens.dtype == torch.int32 and block_tables.stride(1) == 1
-    assert out.stride(-1) == 1 and out.data_ptr() % 16 == 0
-    native_decode()(
-        (q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(),
-         seq_lens.data_ptr(), out.data_ptr(), part_acc.data_ptr(), part_ml.data_ptr()),
-        (DTYPE_CODES[q.dtype], batch, num_heads, num_kv_heads, head_dim, page,
-         split.split_len, split.num_splits),
-        (*q.stride()[:2], *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
-         *out.stride()[:2]),
-        scale * kernels.LOG2E, torch.cuda.current_stream(q.device).cuda_stream)
+    assert out.data_ptr() % 16 == 0
+    native_decode()(*pack_operands(q, k_cache, v_cache, block_tables, seq_lens, out, part_acc, part_ml,
+                                   split.split_len, split.num_splits),
+                    scale * kernels.LOG2E, torch.cuda.current_stream(q.device).cuda_stream)
     return out
 
 
