@@ -25,11 +25,19 @@ def _max_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
     return (ours - ref.float()).abs().max().item()
 
 
+def _load(path, prepacked: bool):
+    model = load_model(path)
+    if prepacked:  # what the engine runs on a CPU (model/cpu_linear.py)
+        model.prepack()
+    return model
+
+
+@pytest.mark.parametrize("prepacked", [False, True], ids=["dense", "prepacked"])
 @pytest.mark.parametrize("arch", list(VARIANTS))
 @torch.inference_mode()
-def test_prefill_and_decode_match_transformers(arch, tiny_checkpoints):
+def test_prefill_and_decode_match_transformers(arch, prepacked, tiny_checkpoints):
     path, ref = tiny_checkpoints[arch]
-    model = load_model(path)
+    model = _load(path, prepacked)
     prompt = _prompt(model.config.vocab_size)
     seq = SingleSequence(model, PROMPT_LEN + DECODE_STEPS)
 
@@ -47,11 +55,12 @@ def test_prefill_and_decode_match_transformers(arch, tiny_checkpoints):
         assert _max_err(ours, out.logits[0]) <= TOL, f"decode step {step}"
 
 
+@pytest.mark.parametrize("prepacked", [False, True], ids=["dense", "prepacked"])
 @pytest.mark.parametrize("arch", list(VARIANTS))
 @torch.inference_mode()
-def test_chunked_prefill_attends_to_cached_chunks(arch, tiny_checkpoints):
+def test_chunked_prefill_attends_to_cached_chunks(arch, prepacked, tiny_checkpoints):
     path, ref = tiny_checkpoints[arch]
-    model = load_model(path)
+    model = _load(path, prepacked)
     prompt = _prompt(model.config.vocab_size, seed=2)
     seq = SingleSequence(model, PROMPT_LEN)
     # Chunk borders inside and on block boundaries.

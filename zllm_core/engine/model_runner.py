@@ -7,6 +7,7 @@ import torch
 from zllm_core.cache.block_pool import BlockPool
 from zllm_core.engine.scheduler import Batch
 from zllm_core.model.attention_backend import AttentionBackend, AttentionMetadata, ForwardContext
+from zllm_core.model.causal_lm import CausalLM
 
 
 def build_metadata(batch: Batch, block_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
@@ -42,8 +43,10 @@ def build_metadata(batch: Batch, block_size: int, device: torch.device) -> tuple
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, pool: BlockPool, backend: AttentionBackend,
+    def __init__(self, model: CausalLM, pool: BlockPool, backend: AttentionBackend,
                  device: torch.device):
+        if device.type == "cpu":
+            model.prepack()  # weights in oneDNN's layout (see model/cpu_linear.py); idempotent
         self.model = model
         self.pool = pool
         self.backend = backend

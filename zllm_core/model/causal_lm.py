@@ -7,6 +7,7 @@ from torch import nn
 
 from zllm_core.model.attention_backend import ForwardContext
 from zllm_core.model.config import ModelConfig
+from zllm_core.model.cpu_linear import PackedLinear, can_prepack
 from zllm_core.model.decoder import DecoderLayer
 from zllm_core.model.layers import RMSNorm, RotaryEmbedding, Targets
 
@@ -28,6 +29,7 @@ class CausalLM(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.lm_head = None if config.tie_word_embeddings else nn.Linear(
             config.hidden_size, config.vocab_size, bias=False)
+        self.packed_head: PackedLinear | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -47,11 +49,25 @@ class CausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """``[N, hidden]`` -> float32 ``[N, vocab]``."""
+        if self.packed_head is not None:
+            return self.packed_head(hidden).float()
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(hidden, head).float()
 
+    def prepack(self) -> None:
+        """Reorder the float32 projections of a CPU model for oneDNN (see cpu_linear), once,
+        after loading: the dense copies are dropped, so no checkpoint loads into it after.
+        A tied head packs a copy of the embeddings (which the lookup still reads)."""
+        for layer in self.layers:
+            layer.prepack()
+        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        if self.packed_head is None and can_prepack(head):
+            self.packed_head, self.lm_head = PackedLinear(head), None
+
     def checkpoint_targets(self) -> Targets:
         """Every tensor a Hugging Face checkpoint must provide, and where it goes."""
+        if self.packed_head is not None:
+            raise RuntimeError("this model's projections are prepacked: load the checkpoint before prepack()")
         targets: Targets = {
             "model.embed_tokens.weight": (self.embed_tokens.weight, slice(None)),
             "model.norm.weight": (self.norm.weight, slice(None)),

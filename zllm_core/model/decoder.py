@@ -2,7 +2,8 @@
 
 The three differ only in attention details carried by ``ModelConfig``: Qwen2 has q/k/v
 biases, Qwen3 normalises each q and k head.  Projections are fused (one qkv matmul, one
-gate_up matmul); the checkpoint's separate tensors are loaded into row slices of them.
+gate_up parameter, see GatedMLP); the checkpoint's separate tensors are loaded into row
+slices of them.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from torch import nn
 
 from zllm_core.model.attention_backend import ForwardContext
 from zllm_core.model.config import ModelConfig
+from zllm_core.model.cpu_linear import packed
 from zllm_core.model.layers import GatedMLP, RMSNorm, Targets, apply_rotary
 
 
@@ -38,6 +40,9 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         out = ctx.attend(self.layer_index, q, k, v, self.scale)
         return self.o_proj(out.reshape(n, self.q_size))
+
+    def prepack(self) -> None:
+        self.qkv_proj, self.o_proj = packed(self.qkv_proj), packed(self.o_proj)
 
     def checkpoint_targets(self, prefix: str) -> Targets:
         rows = {"q": slice(0, self.q_size), "k": slice(self.q_size, self.q_size + self.kv_size),
@@ -67,6 +72,10 @@ class DecoderLayer(nn.Module):
     def forward(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], ctx: ForwardContext) -> torch.Tensor:
         h = h + self.self_attn(self.input_layernorm(h), rope, ctx)
         return h + self.mlp(self.post_attention_layernorm(h))
+
+    def prepack(self) -> None:
+        self.self_attn.prepack()
+        self.mlp.prepack()
 
     def checkpoint_targets(self, prefix: str) -> Targets:
         return {

@@ -6,12 +6,14 @@ angles in fp32 then cast), so logits agree with transformers to rounding.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from zllm_core.model.config import ModelConfig, RopeScaling
+from zllm_core.model.cpu_linear import PackedLinear, can_prepack, packed
 
 # A checkpoint tensor's destination: rows of a (possibly fused) parameter.
 Targets = dict[str, tuple[torch.Tensor, slice]]
@@ -70,16 +72,34 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class GatedMLP(nn.Module):
-    """SwiGLU with gate and up projections fused into one matmul."""
+    """SwiGLU; the gate and up projections are one parameter, ``[gate; up]`` by rows, run as
+    one matmul (on CUDA a launch saved per layer).
+
+    ``prepack`` (CPU, after loading) packs the halves as two projections: the element-wise
+    ``silu(gate) * up`` then reads two contiguous tensors instead of every other half-row of
+    one, about 10% of a 16 x 256-token SmolLM2 prefill.
+    """
 
     def __init__(self, hidden_size: int, intermediate_size: int):
         super().__init__()
-        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.gate_up_proj: Optional[nn.Linear] = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
+        self.down_proj: nn.Module = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.gate_and_up: Optional[nn.ModuleList] = None  # once packed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        if self.gate_and_up is not None:
+            gate, up = (proj(x) for proj in self.gate_and_up)
+        else:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
+
+    def prepack(self) -> None:
+        if self.gate_up_proj is None or not can_prepack(self.gate_up_proj.weight):
+            return
+        weight, size = self.gate_up_proj.weight, self.down_proj.in_features
+        self.gate_and_up = nn.ModuleList([PackedLinear(weight[:size]), PackedLinear(weight[size:])])
+        self.gate_up_proj = None
+        self.down_proj = packed(self.down_proj)
 
     def checkpoint_targets(self, prefix: str) -> Targets:
         size = self.down_proj.in_features
