@@ -1,4 +1,5 @@
 """The engine on the real demo model: exactness of paged execution, batching, lifecycle."""
+import json
 import random
 
 import numpy as np
@@ -6,7 +7,10 @@ import pytest
 import torch
 from engine_helpers import GREEDY, full_recompute_logits, random_prompts, recording, run_all
 
+from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
 from zllm_core.engine.sampling_params import SamplingParams
+from zllm_core.model.demo import CONFIG
+
 
 def test_paged_prefill_and_decode_equal_a_full_recompute(make_engine):
     engine = make_engine(enable_prefix_cache=False)
@@ -117,6 +121,13 @@ def test_a_context_past_the_trained_one_needs_allow_long_context(make_engine):
         make_engine(max_model_len=trained + 1)
     assert make_engine(max_model_len=trained + 1, allow_long_context=True).max_model_len == trained + 1
     assert make_engine().max_model_len == trained
+
+
+def test_a_context_past_the_trained_one_is_refused_before_any_weight_loads(tmp_path):
+    """A directory with the demo's config and no weights at all: the refusal comes first."""
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    with pytest.raises(ValueError, match="exceeds the model's trained context of 40960 tokens"):
+        LLMEngine.from_config(EngineConfig(model=str(tmp_path), max_model_len=40961))
 
 
 def test_a_uint32_array_prompt_runs_like_the_same_list_and_hooks_see_every_token(make_engine):

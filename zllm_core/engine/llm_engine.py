@@ -103,12 +103,13 @@ class LLMEngine:
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "LLMEngine":
-        from zllm_core.model.loader import load_model
+        from zllm_core.model.loader import load_model, read_config
         from zllm_core.model.model_names import resolve_model
         from zllm_core.tokenizer import Tokenizer
 
         config = replace(config, device=resolve_device(config.device))
         model_dir = resolve_model(config.model)
+        context_length(config, read_config(model_dir).max_position_embeddings)  # refused before the weights load
         model = load_model(model_dir, dtype=config.dtype, device=config.device)
         dtype = str(next(model.parameters()).dtype)
         scope = Scope(model_manifest(model_dir, dtype), tokenizer_manifest(model_dir))

@@ -16,7 +16,7 @@ from tqdm import tqdm
 from zllm_core.model.causal_lm import CausalLM
 from zllm_core.model.config import DTYPES, CheckpointError, ModelConfig
 from zllm_core.model.gguf import gguf_config, load_gguf_weights
-from zllm_core.model.gguf_file import is_gguf, open_gguf
+from zllm_core.model.gguf_file import GGUFFile, is_gguf, open_gguf
 from zllm_core.model.layers import Targets
 from zllm_core.model.model_names import resolve_model
 
@@ -25,12 +25,21 @@ INDEX_FILE = "model.safetensors.index.json"
 PROGRESS_BYTES = 1 << 30  # show a progress bar for checkpoints past 1 GiB
 
 
+def _open(model_dir: str | Path) -> tuple[Path, GGUFFile | None, ModelConfig]:
+    path = resolve_model(model_dir)
+    gguf = open_gguf(path) if is_gguf(path) else None
+    return path, gguf, gguf_config(gguf) if gguf else ModelConfig.from_dir(path)
+
+
+def read_config(model_dir: str | Path) -> ModelConfig:
+    """The architecture alone (no tensor is read): what a caller checks before loading."""
+    return _open(model_dir)[2]
+
+
 def load_model(model_dir: str | Path, dtype: torch.dtype | str | None = None,
                device: torch.device | str = "cpu") -> CausalLM:
     """``dtype`` defaults to the checkpoint's ``torch_dtype`` (float32 for GGUF files)."""
-    path = resolve_model(model_dir)
-    gguf = open_gguf(path) if is_gguf(path) else None
-    config = gguf_config(gguf) if gguf else ModelConfig.from_dir(path)
+    path, gguf, config = _open(model_dir)
     dtype = _resolve_dtype(dtype, config)
     with torch.device("meta"):
         model = CausalLM(config)
