@@ -13,7 +13,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from tqdm import tqdm
 
-from zllm_core.model.causal_lm import CausalLM
+from zllm_core.model.causal_lm import CausalLM, meta_model
 from zllm_core.model.config import DTYPES, CheckpointError, ModelConfig
 from zllm_core.model.gguf import gguf_config, load_gguf_weights
 from zllm_core.model.gguf_file import is_gguf, open_gguf
@@ -32,9 +32,7 @@ def load_model(model_dir: str | Path, dtype: torch.dtype | str | None = None,
     gguf = open_gguf(path) if is_gguf(path) else None
     config = gguf_config(gguf) if gguf else ModelConfig.from_dir(path)
     dtype = _resolve_dtype(dtype, config)
-    with torch.device("meta"):
-        model = CausalLM(config)
-    model = model.to(dtype).to_empty(device=device)
+    model = meta_model(config).to(dtype).to_empty(device=device)
     if gguf:
         load_gguf_weights(model, gguf)
     else:
