@@ -64,8 +64,8 @@ class CausalLM(nn.Module):
 
 
 def meta_model(config: ModelConfig) -> CausalLM:
-    """The module on the meta device, its initialisers skipped: shapes only, for weights to fill.
-    (On meta, torch's initialisers import torch._dynamo: seconds of every server's start.)"""
+    """The module on the meta device, its initialisers skipped: shapes only, for weights to fill
+    (on meta, torch's initialisers import torch._dynamo: seconds of every server's start)."""
     with torch.device("meta"), _SkipInit():
         return CausalLM(config)
 
