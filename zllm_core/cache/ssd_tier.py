@@ -117,7 +117,8 @@ class SSDTier:
                 "bytes_written": w.bytes_written, "restore_seconds": s.restore_seconds,
                 "failed_restores": s.failed_restores, "quarantined": s.quarantined,
                 "backed_up_blocks": s.backed_up_blocks, "write_errors": w.write_errors,
-                "queue_waits": w.waits, "stored_blocks": len(self.store.keys)}
+                "queue_waits": w.waits, "stored_blocks": len(self.store.keys),
+                "orphans_collected": self.store.orphans_collected}
 
     def close(self) -> None:
         self.writer.close()

@@ -77,3 +77,20 @@ class CausalLM(nn.Module):
         for i, layer in enumerate(self.layers):
             targets.update(layer.checkpoint_targets(f"model.layers.{i}."))
         return targets
+
+
+def meta_model(config: ModelConfig) -> CausalLM:
+    """The module on the meta device, its initialisers skipped: shapes only, for weights to fill
+    (on meta, torch's initialisers import torch._dynamo: seconds of every server's start)."""
+    with torch.device("meta"), _SkipInit():
+        return CausalLM(config)
+
+
+class _SkipInit(torch.overrides.TorchFunctionMode):
+    """Calls to ``torch.nn.init`` return their tensor untouched."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)

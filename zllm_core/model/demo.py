@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from zllm_core.model.causal_lm import CausalLM
+from zllm_core.model.causal_lm import meta_model
 from zllm_core.model.config import CheckpointError, parse_config
 
 DEMO_NAME = "zllm-demo"
@@ -101,8 +101,7 @@ def write_demo_model(out: Path) -> None:
 def demo_weights() -> dict[str, torch.Tensor]:
     """Fixed-seed normal(0, 0.02) matrices and unit norm weights, in checkpoint naming."""
     config = parse_config(CONFIG, GENERATION_CONFIG, Path(DEMO_NAME))
-    with torch.device("meta"):
-        shapes = {name: param[rows].shape for name, (param, rows) in CausalLM(config).checkpoint_targets().items()}
+    shapes = {name: param[rows].shape for name, (param, rows) in meta_model(config).checkpoint_targets().items()}
     generator = torch.Generator().manual_seed(SEED)
     weights = {}
     for name in sorted(shapes):

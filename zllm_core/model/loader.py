@@ -1,7 +1,7 @@
 """Build a ``CausalLM`` from a Hugging Face model directory or a GGUF file (or a name, see model_names).
 
-The module is built on the meta device and materialised empty, so no time is spent on
-random initialisation; every parameter is then filled from the safetensors files, and a
+The module is built on the meta device (initialisers skipped) and materialised empty, so no
+time is spent on random initialisation; every parameter is then filled from the safetensors files, and a
 checkpoint that does not fill every parameter exactly once is refused.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from tqdm import tqdm
 
-from zllm_core.model.causal_lm import CausalLM
+from zllm_core.model.causal_lm import CausalLM, meta_model
 from zllm_core.model.config import DTYPES, CheckpointError, ModelConfig
 from zllm_core.model.gguf import gguf_config, load_gguf_weights
 from zllm_core.model.gguf_file import GGUFFile, is_gguf, open_gguf
@@ -41,14 +41,18 @@ def load_model(model_dir: str | Path, dtype: torch.dtype | str | None = None,
     """``dtype`` defaults to the checkpoint's ``torch_dtype`` (float32 for GGUF files)."""
     path, gguf, config = _open(model_dir)
     dtype = _resolve_dtype(dtype, config)
-    with torch.device("meta"):
-        model = CausalLM(config)
-    model = model.to(dtype).to_empty(device=device)
+    model = _empty(meta_model(config).to(dtype), device)
     if gguf:
         load_gguf_weights(model, gguf)
     else:
         load_weights(model, path)
     return model.requires_grad_(False).eval()
+
+
+def _empty(model: CausalLM, device: torch.device | str) -> CausalLM:
+    """``to_empty`` by shape and dtype: torch's own runs meta decompositions that import sympy
+    (half a second of every start)."""
+    return model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
 
 
 def _resolve_dtype(dtype: torch.dtype | str | None, config: ModelConfig) -> torch.dtype:

@@ -84,6 +84,8 @@ def _ssd_tier(s: dict[str, float]) -> Iterator[Metric]:
                    s["quarantined"])
     yield _counter("zllm_ssd_cache_write_errors", "Snapshot writes that failed", s["write_errors"])
     yield _gauge("zllm_ssd_cache_stored_blocks", "Blocks indexed on the SSD tier", s["stored_blocks"])
+    yield _gauge("zllm_ssd_cache_orphans_collected", "Files a crash left (unfinished or unindexed blobs), removed at start",
+                 s["orphans_collected"])
 
 
 def _tokenizer(t: dict[str, float]) -> Iterator[Metric]:
