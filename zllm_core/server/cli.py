@@ -107,8 +107,8 @@ def run_serve(args: argparse.Namespace) -> int:
         engine_config["kv_cache_bytes"] = args.kv_cache_bytes
     if args.ssd_cache_dir:
         engine_config.update(ssd_cache_dir=args.ssd_cache_dir, ssd_cache_bytes=args.ssd_cache_bytes)
-    engine = AsyncEngine.from_model(args.model, **engine_config)
-    model_dir = resolve_model(args.model)
+    model_dir = resolve_model(args.model)  # once: for zllm-demo it checks 160 MB of hashes
+    engine = AsyncEngine.from_model(str(model_dir), **engine_config)
     config = ServerConfig(
         model_name=args.served_model_name or Path(str(args.model)).name,
         max_output_tokens=args.max_output_tokens, max_model_len=args.max_model_len,
