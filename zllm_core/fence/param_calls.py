@@ -12,7 +12,6 @@ type list spelled raw (they come as JSON, which the parsers read exactly but ren
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Sequence
 
 from zllm_core.dialects.conversation import FunctionTool
@@ -95,8 +94,7 @@ def _spellings(tool: FunctionTool, key: str, schema: Any,
         raw, rest = [], []
         for v in literal_values(schema):
             (raw if isinstance(v, str) and raw_ok(v) else rest).append(v)
-        return (alt(*(Lit(v.encode()) for v in raw)) if raw else None,
-                alt(*(Lit(json.dumps(v, ensure_ascii=False).encode()) for v in rest)) if rest else None)
+        return (alt(*(Lit(v.encode()) for v in raw)) if raw else None, value_expr({"enum": rest}) if rest else None)
     return None, value_expr(schema, tool.parameters)
 
 
