@@ -1,5 +1,6 @@
 """Fences through the real engine: the random-weight demo model, sampling at temperature 1.0,
-10 generations per schema batched together, every output valid after parsing."""
+10 generations per schema batched together, every output valid after parsing, in every dialect
+(the fence alone decides the syntax, so the demo model's vocabulary serves them all)."""
 import json
 
 import jsonschema
@@ -17,7 +18,9 @@ from zllm_core.protocols.canonical import ToolChoice
 
 PROMPT = "<|im_start|>user\nDo it.<|im_end|>\n<|im_start|>assistant\n"
 MAX_TOKENS = 48
+CALL_TOKENS = {"hermes": 48, "glm45": 64, "glm47": 64, "dsml": 128}  # DSML's tags are ~50 Qwen tokens a call
 SCHEMAS = {**KEYWORDS, **AGENT_TOOLS}
+DIALECTS = tuple(CALL_TOKENS)
 
 
 @pytest.fixture(scope="module")
@@ -25,22 +28,26 @@ def llm():
     return LLM("zllm-demo", kv_cache_bytes=64 << 20)
 
 
-@pytest.fixture(scope="module")
-def vocab(llm):
+def vocab_for(llm, dialect: str) -> FenceVocab:
     tok = llm.tokenizer
     return FenceVocab.build([tok.token_bytes(i) for i in range(tok.vocab_size)], tok.special_tokens,
-                            llm.engine.model.config.eos_token_ids, tags_for("hermes"))
+                            llm.engine.model.config.eos_token_ids, tags_for(dialect))
 
 
-def run(llm, grammars: dict, n=10) -> dict:
+@pytest.fixture(scope="module")
+def vocab(llm):
+    return vocab_for(llm, "hermes")
+
+
+def run(llm, grammars: dict, n=10, max_tokens=MAX_TOKENS) -> dict:
     """n generations per grammar, all batched together, each with its own fence:
     {name: [(text, finish reason), ...]}."""
     engine = llm.engine
     ids = llm.encode(PROMPT)
     for name, grammar in grammars.items():
         for k in range(n):
-            params = SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0, seed=k,
-                                    fence=TokenFence(grammar, MAX_TOKENS))
+            params = SamplingParams(max_tokens=max_tokens, temperature=1.0, seed=k,
+                                    fence=TokenFence(grammar, max_tokens))
             engine.add_request(f"{name}/{k}", ids, params)
     texts, reasons = {}, {}
     while len(reasons) < n * len(grammars):
@@ -59,14 +66,15 @@ def test_json_output_is_valid_for_every_schema(llm, vocab):
             jsonschema.validate(json.loads(text), SCHEMAS[name])
 
 
-def test_forced_and_auto_tool_calls_are_valid(llm, vocab):
+@pytest.mark.parametrize("name", DIALECTS)
+def test_forced_and_auto_tool_calls_are_valid(llm, name):
     tools = [FunctionTool(n, None, s) for n, s in AGENT_TOOLS.items()]
-    hermes = dialect_named("hermes")
-    grammars = {mode: Grammar.compile(output_grammar("hermes", vocab, tools, ToolChoice(mode), False), vocab)
+    dialect, vocab = dialect_named(name), vocab_for(llm, name)
+    grammars = {mode: Grammar.compile(output_grammar(name, vocab, tools, ToolChoice(mode), False), vocab)
                 for mode in ("required", "auto")}
-    for mode, outputs in run(llm, grammars).items():
+    for mode, outputs in run(llm, grammars, max_tokens=CALL_TOKENS[name]).items():
         for text, reason in outputs:
-            parsed = hermes.parse(text, "e", tools)
+            parsed = dialect.parse(text, "e", tools)
             assert reason == "stop" and not parsed.errors, text
             assert mode == "auto" or parsed.tool_calls
             for call in parsed.tool_calls:

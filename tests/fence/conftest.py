@@ -19,9 +19,21 @@ def qwen() -> Tokenizer:
 
 
 @pytest.fixture(scope="session")
-def vocab(qwen) -> FenceVocab:
-    return FenceVocab.build([qwen.token_bytes(i) for i in range(qwen.vocab_size)], qwen.special_tokens,
-                            END_IDS, tags_for("hermes"))
+def vocab_for(qwen):
+    """The Qwen2 vocabulary's FenceVocab for a dialect's tags, built once per dialect."""
+    built: dict[str, FenceVocab] = {}
+
+    def build(dialect: str) -> FenceVocab:
+        if dialect not in built:
+            built[dialect] = FenceVocab.build([qwen.token_bytes(i) for i in range(qwen.vocab_size)],
+                                              qwen.special_tokens, END_IDS, tags_for(dialect))
+        return built[dialect]
+    return build
+
+
+@pytest.fixture(scope="session")
+def vocab(vocab_for) -> FenceVocab:
+    return vocab_for("hermes")
 
 
 class RandomLogits:

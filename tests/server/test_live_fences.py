@@ -1,13 +1,20 @@
 """Forced tool calls and JSON output through `zllm serve` and the official SDKs: valid under the
-request's schema whatever the (random) weights, with sampling on, in all three protocols."""
+request's schema whatever the (random) weights, with sampling on, in all three protocols, and in
+GLM's dialect for a model whose chat template is GLM's."""
 import json
+import shutil
+from pathlib import Path
 
 import anthropic
 import jsonschema
 import openai
 import pytest
 
-from .conftest import MODEL
+from zllm_core.model.demo import ensure_demo_model
+
+from .conftest import API_KEY, MODEL, start_server
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
                                             "days": {"type": "integer", "minimum": 1, "maximum": 7}},
@@ -19,11 +26,28 @@ SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
+@pytest.fixture(scope="module", params=["qwen3", "glm46", "glm47"])
+def chat_client(request, openai_client, tmp_path_factory):
+    """The demo model under its own template (Hermes calls), or its weights under GLM's: the
+    server takes the dialect from the template, as it would for a GLM checkpoint."""
+    if request.param == "qwen3":
+        yield openai_client
+        return
+    model, demo = tmp_path_factory.mktemp(request.param), ensure_demo_model()
+    for name in ("config.json", "generation_config.json", "tokenizer_config.json", "model.safetensors"):
+        (model / name).symlink_to(demo / name)
+    shutil.copy(TEMPLATES / f"{request.param}.jinja", model / "chat_template.jinja")
+    live = start_server(tmp_path_factory.mktemp("store") / "responses.sqlite3", "--served-model-name", MODEL,
+                        model=str(model))
+    yield openai.OpenAI(base_url=live.url + "/v1", api_key=API_KEY, max_retries=0)
+    live.stop()
+
+
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_time"}}])
-def test_chat_forced_calls_are_valid(openai_client, choice):
+def test_chat_forced_calls_are_valid(chat_client, choice):
     for seed in range(3):
-        r = openai_client.chat.completions.create(model=MODEL, messages=USER, tools=CHAT_TOOLS, tool_choice=choice,
-                                                  max_tokens=64, temperature=1.0, seed=seed)
+        r = chat_client.chat.completions.create(model=MODEL, messages=USER, tools=CHAT_TOOLS, tool_choice=choice,
+                                                max_tokens=64, temperature=1.0, seed=seed)
         calls = r.choices[0].message.tool_calls
         assert r.choices[0].finish_reason == "tool_calls" and calls
         for call in calls:
@@ -31,10 +55,10 @@ def test_chat_forced_calls_are_valid(openai_client, choice):
             assert isinstance(choice, str) or call.function.name == "get_time"
 
 
-def test_chat_streamed_argument_deltas_concatenate_to_valid_arguments(openai_client):
-    stream = openai_client.chat.completions.create(model=MODEL, messages=USER, tools=CHAT_TOOLS,
-                                                   tool_choice="required", max_tokens=64, temperature=1.0,
-                                                   seed=4, stream=True, parallel_tool_calls=False)
+def test_chat_streamed_argument_deltas_concatenate_to_valid_arguments(chat_client):
+    stream = chat_client.chat.completions.create(model=MODEL, messages=USER, tools=CHAT_TOOLS,
+                                                 tool_choice="required", max_tokens=64, temperature=1.0,
+                                                 seed=4, stream=True, parallel_tool_calls=False)
     names, args, finish = {}, {}, None
     for chunk in stream:
         for call in chunk.choices[0].delta.tool_calls or []:

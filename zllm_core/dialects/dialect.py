@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from .conversation import FunctionTool, Message, ToolCall
 from .events import ParsedOutput
 from .json_args import template_arguments
+from .scanner import Markers
 from .stream import StreamParser
 
 
@@ -25,6 +26,7 @@ class ToolDialect(ABC):
     name: str
     # What the generation prompt ends with when the model starts inside its reasoning.
     reasoning_prompt_suffix: str
+    text_stops: Markers  # what free text must not contain: what opens a call, in every spelling read
 
     @abstractmethod
     def render_tools(self, tools: Sequence[FunctionTool]) -> str: ...

@@ -82,8 +82,8 @@ _SAFETY = StringSafety(_VALUE)
 
 
 class DsmlParser(ParamParser):
-    _reasoning_markers = _REASONING
-    _value_markers = _VALUE
+    reasoning_end = _REASONING
+    value_end = _VALUE
     _safety = _SAFETY
 
     def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
@@ -194,6 +194,7 @@ class DsmlParser(ParamParser):
 
 class DsmlDialect(ToolDialect):
     name = "dsml"
+    text_stops = _markers(CALLS_OPEN, INVOKE_OPEN, EOS)  # free text ends at the end of sentence too
     reasoning_prompt_suffix = THINK_OPEN
     parser_class = DsmlParser
 

@@ -39,8 +39,8 @@ _SAFETY = StringSafety(_VALUE)
 
 
 class GlmParser(ParamParser):
-    _reasoning_markers = _REASONING
-    _value_markers = _VALUE
+    reasoning_end = _REASONING
+    value_end = _VALUE
     _safety = _SAFETY
 
     def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
@@ -133,11 +133,17 @@ class GlmParser(ParamParser):
 
 class GlmDialect(ToolDialect):
     parser_class = GlmParser
+    text_stops = Markers.of(CALL_OPEN, escaped=False)
 
     def __init__(self, newlines: bool):
         self._nl = "\n" if newlines else ""
         self.name = "glm45" if newlines else "glm47"
         self.reasoning_prompt_suffix = "" if newlines else THINK_OPEN
+
+    @property
+    def newline(self) -> str:
+        """What follows the name and each tag pair: a newline (4.5/4.6) or nothing (4.7)."""
+        return self._nl
 
     def render_tools(self, tools: Sequence[FunctionTool]) -> str:
         schemas = "".join(to_json(t.openai_dict()) + "\n" for t in tools)

@@ -39,7 +39,7 @@ def _newline(c: str) -> bool:
 
 
 class HermesParser(StreamParser):
-    _reasoning_markers = _REASONING
+    reasoning_end = _REASONING
 
     def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
         super().__init__(scope, tools, in_reasoning)
@@ -185,6 +185,7 @@ class HermesParser(StreamParser):
 class HermesDialect(ToolDialect):
     name = "hermes"
     reasoning_prompt_suffix = "<think>\n"
+    text_stops = Markers.of(CALL_OPEN, escaped=False)
     parser_class = HermesParser
 
     def render_tools(self, tools: Sequence[FunctionTool]) -> str:

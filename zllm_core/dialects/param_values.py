@@ -138,7 +138,7 @@ class ParamReader:
 
 class ParamParser(StreamParser):
     """A stream parser for dialects with one tag pair per parameter value."""
-    _value_markers: Markers  # what ends a value
+    value_end: Markers  # what ends a value (a fence keeps raw values clear of it)
     _safety: StringSafety
 
     def __init__(self, scope: str, tools: Sequence[FunctionTool], in_reasoning: bool):
@@ -155,7 +155,7 @@ class ParamParser(StreamParser):
         self._state = self._value_state
 
     def _value_state(self) -> bool:
-        text, tag = self._scan(self._value_markers)
+        text, tag = self._scan(self.value_end)
         self._value.write(text)
         if tag is None:
             return False

@@ -7,9 +7,13 @@ Only that tail (shorter than the longest spelling) is ever re-examined, so a fee
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Iterable
+
+# Non-ASCII letters Python's case-insensitive matching takes for these ASCII ones.
+_CASE_PARTNERS = {"i": "i\u0130\u0131", "k": "k\u212a", "s": "s\u017f"}
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,12 @@ class Markers:
         self._partial = re.compile("(?:" + "|".join(map(re.escape, by_length)) + r")\Z", re.IGNORECASE) \
             if by_length else None
         self._longest = max(map(len, ordered))
+
+    def spellings(self) -> tuple[str, ...]:
+        """Every text `scan` takes for a tag, ASCII case aside (lower case here): what a
+        generator must keep out of text that the parser is to read as plain."""
+        return tuple(dict.fromkeys("".join(chars) for s, _ in self._groups
+                                   for chars in itertools.product(*(_CASE_PARTNERS.get(c, c) for c in s))))
 
     @classmethod
     def of(cls, *tags: str, escaped: bool = True) -> "Markers":

@@ -142,13 +142,13 @@ class StreamParser:
     def _content_ws(self) -> tuple[Callable[[str], bool], Callable[[str], bool]]:
         return never, never
 
-    _reasoning_markers: Markers  # what ends reasoning
+    reasoning_end: Markers  # what ends reasoning (a fence keeps reasoning text clear of it)
 
     def _content_state(self) -> bool:
         raise NotImplementedError
 
     def _reasoning_state(self) -> bool:
-        text, tag = self._scan(self._reasoning_markers)
+        text, tag = self._scan(self.reasoning_end)
         self.reasoning.write(text)
         if tag is None:
             return False

@@ -45,15 +45,25 @@ class Repeat:
 
 
 @dataclass(frozen=True)
+class Avoid:
+    """The strings of `body` that contain none of `stops`, ASCII letters matched in any case
+    (as the dialects' tag scanners match). Followed by a stop, it is "`body` up to the first
+    stop" (stops must not overlap themselves)."""
+
+    body: "Expr"
+    stops: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
 class Text:
-    """Any bytes that do not contain one of `stops`; it may end anywhere. Followed by a stop,
-    it is "free text until the first stop" (stops must not overlap themselves)."""
+    """Any bytes that do not contain one of `stops` (in any ASCII case); it may end anywhere."""
 
     stops: tuple[bytes, ...]
 
 
-Expr = Union[Lit, Bytes, Seq, Alt, Repeat, Text]
+Expr = Union[Lit, Bytes, Seq, Alt, Repeat, Avoid, Text]
 EMPTY = Lit(b"")
+ANY_BYTES = Repeat(Bytes(frozenset(range(256))))
 
 
 def seq(*parts: Expr) -> Expr:
@@ -132,7 +142,9 @@ class _Nfa:
                 start = self.build(part, start)
             return start
         if isinstance(e, Text):
-            return self._text(e.stops, start)
+            return self._avoid(ANY_BYTES, e.stops, start)
+        if isinstance(e, Avoid):
+            return self._avoid(e.body, e.stops, start)
         if isinstance(e, Alt):
             end = self.state()
             for option in e.options:
@@ -142,22 +154,33 @@ class _Nfa:
             return end
         return self._repeat(e, start)
 
-    def _text(self, stops: tuple[bytes, ...], start: int) -> int:
-        """Aho-Corasick over the stops: one state per proper prefix; a byte that would complete
-        a stop has no edge, and every state may leave to the end."""
+    def _avoid(self, body: Expr, stops: tuple[bytes, ...], start: int) -> int:
+        """`body` in step with Aho-Corasick over the stops: one state per (body state, proper
+        prefix of a stop) reached; a byte that would complete a stop has no edge."""
+        inner = _Nfa()
+        first = inner.state()
+        last = inner.build(body, first)
         goto, terminal = _aho_corasick(stops)
-        states = [start] + [self.state() for _ in range(len(goto) - 1)]
-        end = self.state()
-        for node, row in enumerate(goto):
-            if node in terminal:
-                continue
-            by_target: dict[int, set[int]] = {}
-            for b, t in enumerate(row):
-                if t not in terminal:
-                    by_target.setdefault(t, set()).add(b)
-            for t, allowed in by_target.items():
-                self.edges[states[node]].append((frozenset(allowed), states[t]))
-            self.eps[states[node]].append(end)
+        moves = [_by_target(row, terminal) for row in goto]  # per node: (bytes, next node)
+        ids, todo, end = {(first, 0): start}, [(first, 0)], self.state()
+
+        def state_of(s: int, node: int) -> int:
+            if (s, node) not in ids:
+                ids[(s, node)] = self.state()
+                todo.append((s, node))
+            return ids[(s, node)]
+
+        while todo:
+            s, node = todo.pop()
+            here = ids[(s, node)]
+            self.eps[here].extend(state_of(t, node) for t in inner.eps[s])
+            for allowed, t in inner.edges[s]:
+                for ahead, nxt in moves[node]:
+                    both = allowed & ahead
+                    if both:
+                        self.edges[here].append((both, state_of(t, nxt)))
+            if s == last:
+                self.eps[here].append(end)
         return end
 
     def _repeat(self, e: Repeat, start: int) -> int:
@@ -185,13 +208,17 @@ class _Nfa:
         return frozenset(seen)
 
 
+_FOLD = bytes(range(256)).lower()  # ASCII letters to lower case, every other byte itself
+
+
 def _aho_corasick(stops: tuple[bytes, ...]) -> tuple[list[list[int]], set[int]]:
-    """The complete goto table (node x byte -> node) and the nodes that end a stop."""
+    """The complete goto table (node x byte -> node), ASCII case folded, and the nodes that
+    end a stop."""
     children: list[dict[int, int]] = [{}]
     terminal: set[int] = set()
     for stop in stops:
         node = 0
-        for b in stop:
+        for b in stop.lower():
             node = children[node].setdefault(b, len(children))
             if node == len(children):
                 children.append({})
@@ -200,23 +227,34 @@ def _aho_corasick(stops: tuple[bytes, ...]) -> tuple[list[list[int]], set[int]]:
     fail = [0] * len(children)
     order = deque()
     for b in range(256):
-        child = children[0].get(b)
+        child = children[0].get(_FOLD[b])
         if child is not None:
             goto[0][b] = child
-            order.append(child)
+            if b == _FOLD[b]:
+                order.append(child)
     while order:
         node = order.popleft()
         if fail[node] in terminal:
             terminal.add(node)
         for b in range(256):
-            child = children[node].get(b)
+            child = children[node].get(_FOLD[b])
             if child is None:
                 goto[node][b] = goto[fail[node]][b]
             else:
                 goto[node][b] = child
-                fail[child] = goto[fail[node]][b]
-                order.append(child)
+                if b == _FOLD[b]:
+                    fail[child] = goto[fail[node]][b]
+                    order.append(child)
     return goto, terminal
+
+
+def _by_target(row: list[int], terminal: set[int]) -> list[tuple[frozenset[int], int]]:
+    """A goto row as (the bytes, the node they lead to), leaving out bytes that end a stop."""
+    targets: dict[int, set[int]] = {}
+    for b, t in enumerate(row):
+        if t not in terminal:
+            targets.setdefault(t, set()).add(b)
+    return [(frozenset(bs), t) for t, bs in targets.items()]
 
 
 @dataclass

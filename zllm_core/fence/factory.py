@@ -61,7 +61,7 @@ class FenceFactory:
                      response_format: ResponseFormat | None, in_reasoning: bool) -> Grammar | None:
         if response_format is not None:
             key = json.dumps(["json", response_format.schema, in_reasoning], sort_keys=True)
-            build = lambda v: json_grammar(response_format.schema, in_reasoning, v)  # noqa: E731
+            build = lambda v: json_grammar(response_format.schema, in_reasoning, v, self.dialect)  # noqa: E731
         elif tools:
             key = json.dumps(["tools", [(t.name, t.parameters) for t in tools], choice.mode, choice.name,
                               choice.parallel, in_reasoning], sort_keys=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Callable
 
 from jsonschema import Draft202012Validator
 
@@ -35,8 +35,10 @@ ANNOTATIONS = {"description", "title", "default", "examples", "format", "$schema
 HANDLED = {"type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf",
            "items", "minItems", "maxItems", "minLength", "maxLength", "minimum", "maximum",
            "exclusiveMinimum", "exclusiveMaximum", "pattern", "propertyNames", "$ref", "allOf"}
+RAW_STRING = {"type", "enum", "const", "minLength", "maxLength", "pattern"}
 DIGIT = byte_range(ord("0"), ord("9"))
 NONZERO = byte_range(ord("1"), ord("9"))
+RAW_CHAR = alt(byte_range(0x00, 0x7F), utf8_multibyte())  # one well-formed UTF-8 character
 
 
 class UnsupportedSchema(ValueError):
@@ -47,9 +49,21 @@ class UnsupportedSchema(ValueError):
         self.keyword = keyword
 
 
-def value_expr(schema: Any) -> Expr:
-    """The expression for one JSON value valid under `schema` (a dict or a boolean schema)."""
-    return _Compiler(schema).value(schema, ())
+def value_expr(schema: Any, root: Any = None) -> Expr:
+    """The expression for one JSON value valid under `schema` (a dict or a boolean schema);
+    `$ref`s resolve in `root` (default: the schema itself)."""
+    return _Compiler(schema if root is None else root).value(schema, ())
+
+
+def raw_string_expr(schema: dict) -> Expr:
+    """A string valid under a `"type": "string"` schema as its characters, unquoted and
+    unescaped: how GLM and DSML print string parameters between their tags."""
+    unknown = sorted(set(schema) - RAW_STRING - ANNOTATIONS)
+    if unknown:
+        raise UnsupportedSchema(unknown[0], "is not supported on a string parameter")
+    if "const" in schema or "enum" in schema:
+        return alt(*(Lit(v.encode()) for v in literal_values(schema) if isinstance(v, str)))
+    return _string_body(schema, RAW_CHAR, lambda c: Lit(c.encode()))
 
 
 class _Compiler:
@@ -132,7 +146,7 @@ class _Compiler:
         names = _allowed_names(s, props, required)
         members = [(seq(_literal(name), Lit(b": "), self.value(props[name], refs)), name in required)
                    for name in names]
-        return seq(Lit(b"{"), _members(members), Lit(b"}"))
+        return seq(Lit(b"{"), ordered_members(members, b", "), Lit(b"}"))
 
     def _all_of(self, s: dict, refs: tuple[str, ...]) -> Expr:
         branches = s["allOf"]
@@ -175,13 +189,18 @@ def _merged(base: dict, branch: dict) -> dict:
 
 def _literals(s: dict) -> Expr:
     """enum/const: the values that satisfy every keyword beside them, in json.dumps' spelling."""
+    return alt(*(_literal(v) for v in literal_values(s)))
+
+
+def literal_values(s: dict) -> list[Any]:
+    """The enum/const values that satisfy every keyword beside them."""
     values = [s["const"]] if "const" in s else list(s["enum"])
     rest = {k: v for k, v in s.items() if k not in ("const", "enum")}
     validator = Draft202012Validator(rest) if rest else None
     kept = [v for v in values if validator is None or validator.is_valid(v)]
     if not kept:
         raise UnsupportedSchema("enum" if "enum" in s else "const", "no listed value satisfies the schema")
-    return alt(*(_literal(v) for v in kept))
+    return kept
 
 
 def _allowed_names(s: dict, props: dict, required: list[str]) -> list[str]:
@@ -196,10 +215,11 @@ def _allowed_names(s: dict, props: dict, required: list[str]) -> list[str]:
     return [n for n in names if n not in refused]
 
 
-def _members(members: list[tuple[Expr, bool]]) -> Expr:
-    """Members in order, optional ones skippable, joined by ", " (no leading comma)."""
-    def after(i: int) -> Expr:  # once one member is written, each later one comes with its comma
-        return seq(*(seq(Lit(b", "), m) if req else opt(seq(Lit(b", "), m)) for m, req in members[i:]))
+def ordered_members(members: list[tuple[Expr, bool]], sep: bytes) -> Expr:
+    """Members (expression, required) in order, each at most once, optional ones skippable,
+    required ones always, joined by `sep` (none leading)."""
+    def after(i: int) -> Expr:  # once one member is written, each later one comes with its separator
+        return seq(*(seq(Lit(sep), m) if req else opt(seq(Lit(sep), m)) for m, req in members[i:]))
 
     firsts = []
     for k, (m, req) in enumerate(members):
@@ -246,6 +266,11 @@ def _control_escapes() -> Expr:
 
 
 def _string(s: dict) -> Expr:
+    return seq(Lit(b'"'), _string_body(s, string_char(), json_char), Lit(b'"'))
+
+
+def _string_body(s: dict, char: Expr, encode: Callable[[str], Expr]) -> Expr:
+    """The characters of a string under `s`: each `char`, a pattern's literals as `encode` spells them."""
     lo, hi = int(s.get("minLength", 0)), s.get("maxLength")
     if lo > LENGTH_CAP:
         raise UnsupportedSchema("minLength", f"above {LENGTH_CAP} is not supported")
@@ -256,12 +281,10 @@ def _string(s: dict) -> Expr:
         if "minLength" in s or "maxLength" in s:
             raise UnsupportedSchema("pattern", "together with minLength/maxLength is not supported")
         try:
-            body = compile_pattern(s["pattern"], string_char(), json_char)
+            return compile_pattern(s["pattern"], char, encode)
         except RegexError as exc:
             raise UnsupportedSchema("pattern", str(exc)) from None
-    else:
-        body = Repeat(string_char(), lo, hi)
-    return seq(Lit(b'"'), body, Lit(b'"'))
+    return Repeat(char, lo, hi)
 
 
 def _bounds(s: dict) -> tuple[int | None, int | None]:
