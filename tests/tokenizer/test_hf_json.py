@@ -6,11 +6,10 @@ import copy
 import json
 
 import pytest
-from hypothesis import given, settings
 
 from tests.tokenizer.conftest import report
-from tests.tokenizer.references import assert_corpora_identical, byte_level, hf_tokenizer, split, tokenizer_json
-from tests.tokenizer.strategies import mixed_text
+from tests.tokenizer.references import (assert_corpora_identical, assert_mixed_text_identical, byte_level, hf_tokenizer,
+                                        split, tokenizer_json)
 from zllm_core.tokenizer import Tokenizer, UnsupportedTokenizer
 
 SHAPES = ["gpt2", "cl100k", "llama3", "o200k", "qwen2", "smollm", "multi_split"]
@@ -32,14 +31,7 @@ def test_corpora_match_hugging_face(shape, pairs, documents, capsys):
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_mixed_text_matches_hugging_face(shape, pairs):
-    ours, ref = pairs[shape]
-
-    @settings(max_examples=150, deadline=None, database=None)
-    @given(mixed_text)
-    def check(text):
-        assert ours.encode(text, allowed_special="all") == ref.encode(text, add_special_tokens=False).ids
-
-    check()
+    assert_mixed_text_identical(*pairs[shape], examples=150)
 
 
 def test_added_tokens_are_specials(pairs):

@@ -18,6 +18,7 @@ import torch
 
 from zllm_core.model.native_decode import native_entry
 
+
 @dataclass
 class AttentionMetadata:
     query_start_loc: torch.Tensor  # int32 [batch + 1]

@@ -51,8 +51,10 @@ class CausalLM(nn.Module):
         """``[N, hidden]`` -> float32 ``[N, vocab]``."""
         if self.packed_head is not None:
             return self.packed_head(hidden).float()
-        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, head).float()
+        return F.linear(hidden, self._head_weight()).float()
+
+    def _head_weight(self) -> torch.Tensor:
+        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
     def prepack(self) -> None:
         """Reorder the float32 projections of a CPU model for oneDNN (see cpu_linear), once,
@@ -60,9 +62,8 @@ class CausalLM(nn.Module):
         A tied head packs a copy of the embeddings (which the lookup still reads)."""
         for layer in self.layers:
             layer.prepack()
-        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        if self.packed_head is None and can_prepack(head):
-            self.packed_head, self.lm_head = PackedLinear(head), None
+        if self.packed_head is None and can_prepack(self._head_weight()):
+            self.packed_head, self.lm_head = PackedLinear(self._head_weight()), None
 
     def checkpoint_targets(self) -> Targets:
         """Every tensor a Hugging Face checkpoint must provide, and where it goes."""
