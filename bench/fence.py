@@ -32,7 +32,7 @@ import llguidance.tiktoken as llg_tiktoken  # noqa: E402
 import xgrammar  # noqa: E402
 
 from tests.fence.conftest import END_IDS, RandomLogits  # noqa: E402
-from tests.fence.schemas import AGENT_TOOLS, KEYWORDS  # noqa: E402
+from tests.fence.schemas import SUITE  # noqa: E402
 from tests.tokenizer.references import tiktoken_encoding  # noqa: E402
 from zllm_core.fence.grammar import FenceVocab, Grammar  # noqa: E402
 from zllm_core.fence.token_fence import TokenFence  # noqa: E402
@@ -131,7 +131,7 @@ def main() -> None:
     torch.set_num_threads(1)
     tok = Tokenizer.from_family("qwen2")
     ours, peers = Ours(tok), [XGrammar(tok), LLGuidance(tok)]
-    schemas = {k: v for k, v in {**KEYWORDS, **AGENT_TOOLS}.items() if k not in SKIP}
+    schemas = {k: v for k, v in SUITE.items() if k not in SKIP}
     compile_s = {lib.name: [] for lib in [ours, *peers]}
     masks = {name: [] for name in ("zllm_core cold", "zllm_core warm", *(p.name for p in peers))}
     rejected = {p.name: 0 for p in peers}

@@ -1,12 +1,13 @@
 """Fences through the real engine: the random-weight demo model, sampling at temperature 1.0,
-10 generations per schema batched together, every output valid after parsing, in every dialect
-(the fence alone decides the syntax, so the demo model's vocabulary serves them all)."""
+10 generations per schema batched together, every output valid after parsing: as JSON output,
+and as a forced call's parameter in every dialect (the fence alone decides the syntax, so the
+demo model's vocabulary serves them all)."""
 import json
 
 import jsonschema
 import pytest
 
-from tests.fence.schemas import AGENT_TOOLS, KEYWORDS
+from tests.fence.schemas import AGENT_TOOLS, SUITE, as_parameter
 from zllm_core.dialects.conversation import FunctionTool
 from zllm_core.dialects.selection import dialect_named
 from zllm_core.engine.llm import LLM
@@ -18,14 +19,13 @@ from zllm_core.protocols.canonical import ToolChoice
 
 PROMPT = "<|im_start|>user\nDo it.<|im_end|>\n<|im_start|>assistant\n"
 MAX_TOKENS = 48
-CALL_TOKENS = {"hermes": 48, "glm45": 64, "glm47": 64, "dsml": 128}  # DSML's tags are ~50 Qwen tokens a call
-SCHEMAS = {**KEYWORDS, **AGENT_TOOLS}
+CALL_TOKENS = {"hermes": 64, "glm45": 64, "glm47": 64, "dsml": 128}  # DSML's tags are ~50 Qwen tokens a call
 DIALECTS = tuple(CALL_TOKENS)
 
 
 @pytest.fixture(scope="module")
 def llm():
-    return LLM("zllm-demo", kv_cache_bytes=64 << 20)
+    return LLM("zllm-demo", kv_cache_bytes=256 << 20, max_num_seqs=256)
 
 
 def vocab_for(llm, dialect: str) -> FenceVocab:
@@ -59,23 +59,27 @@ def run(llm, grammars: dict, n=10, max_tokens=MAX_TOKENS) -> dict:
 
 
 def test_json_output_is_valid_for_every_schema(llm, vocab):
-    grammars = {name: Grammar.compile(json_grammar(s, False, vocab), vocab) for name, s in SCHEMAS.items()}
+    grammars = {name: Grammar.compile(json_grammar(s, False, vocab), vocab) for name, s in SUITE.items()}
     for name, outputs in run(llm, grammars).items():
         for text, reason in outputs:
             assert reason == "stop", (name, text)
-            jsonschema.validate(json.loads(text), SCHEMAS[name])
+            jsonschema.validate(json.loads(text), SUITE[name])
 
 
 @pytest.mark.parametrize("name", DIALECTS)
-def test_forced_and_auto_tool_calls_are_valid(llm, name):
-    tools = [FunctionTool(n, None, s) for n, s in AGENT_TOOLS.items()]
+def test_forced_calls_of_every_schema_and_auto_calls_are_valid(llm, name):
+    """Each suite schema as the one parameter of a forced call, and `auto` over the agent tools."""
     dialect, vocab = dialect_named(name), vocab_for(llm, name)
-    grammars = {mode: Grammar.compile(output_grammar(name, vocab, tools, ToolChoice(mode), False), vocab)
-                for mode in ("required", "auto")}
-    for mode, outputs in run(llm, grammars, max_tokens=CALL_TOKENS[name]).items():
+    tools = {schema: [as_parameter(SUITE[schema])] for schema in SUITE}
+    tools["auto"] = [FunctionTool(n, None, s) for n, s in AGENT_TOOLS.items()]
+    grammars = {key: Grammar.compile(output_grammar(
+        name, vocab, declared, ToolChoice("auto" if key == "auto" else "required", parallel=key == "auto"),
+        False), vocab) for key, declared in tools.items()}
+    for key, outputs in run(llm, grammars, max_tokens=CALL_TOKENS[name]).items():
         for text, reason in outputs:
-            parsed = dialect.parse(text, "e", tools)
-            assert reason == "stop" and not parsed.errors, text
-            assert mode == "auto" or parsed.tool_calls
+            parsed = dialect.parse(text, "e", tools[key])
+            assert reason == "stop" and not parsed.errors, (key, text)
+            assert key == "auto" or len(parsed.tool_calls) == 1, (key, text)
             for call in parsed.tool_calls:
-                jsonschema.validate(json.loads(call.arguments), AGENT_TOOLS[call.name])
+                declared = next(t for t in tools[key] if t.name == call.name)
+                jsonschema.validate(json.loads(call.arguments), declared.parameters)

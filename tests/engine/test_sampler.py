@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from zllm_core.engine.sampler import apply_hooks, sample
+from zllm_core.engine.sampler import _inverse_cdf, apply_hooks, sample
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.engine.sequence import Sequence
 
@@ -69,3 +69,24 @@ def test_per_request_seed_fixes_the_draws():
     a, b = seq(seed=5), seq(seed=5)
     draws = [sample(LOGITS.repeat(2, 1), [a, b]) for _ in range(20)]
     assert all(x == y for x, y in draws)
+
+
+def test_draws_across_blocks_follow_the_distribution_and_skip_masked_tokens():
+    vocab = 5 * 1024 + 300  # the last block is short
+    weights = {7: 0.1, 1023: 0.2, 1024: 0.15, 3000: 0.05, 5 * 1024 + 299: 0.5}
+    row = torch.full((1, vocab), float("-inf"))
+    for token, w in weights.items():
+        row[0, token] = math.log(w)
+    counts = collections.Counter(sample(row.repeat(2000, 1), [seq(seed=3)] * 2000))
+    assert set(counts) <= set(weights)
+    for token, w in weights.items():
+        assert math.isclose(counts[token] / 2000, w, abs_tol=0.03)
+
+
+def test_extreme_uniforms_land_on_tokens_with_mass():
+    vocab = 3 * 1024
+    x = torch.full((4, vocab), float("-inf"))
+    x[:, 5], x[:, 2047] = 0.0, -3.0  # every other token, whole blocks included, has no mass
+    u = torch.tensor([0.0, 1.0, 1 - 1e-17, 0.5], dtype=torch.float64)
+    drawn = _inverse_cdf(x, u).tolist()
+    assert drawn[0] == 5 and drawn[1] == drawn[2] == 2047 and drawn[3] == 5

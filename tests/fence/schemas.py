@@ -1,5 +1,6 @@
 """The fence's schema suite: every keyword JsonSchemaFence enforces, and tool schemas shaped
 like real agents' (nested objects, arrays of objects, enums, anyOf)."""
+from zllm_core.dialects.conversation import FunctionTool
 
 KEYWORDS = {
     "type_list": {"type": ["integer", "null", "boolean"]},
@@ -54,3 +55,11 @@ AGENT_TOOLS = {
     "get_time": {"type": "object", "properties": {"tz": {"type": "string", "pattern": "^[A-Z][a-z]+/[A-Z][a-z]+$"}},
                  "required": ["tz"]},
 }
+SUITE = {**KEYWORDS, **AGENT_TOOLS}
+
+
+def as_parameter(schema: dict) -> FunctionTool:
+    """A tool with one required parameter under `schema` (its $defs at the top, where its refs point)."""
+    params = {"type": "object", "properties": {"value": {k: v for k, v in schema.items() if k != "$defs"}},
+              "required": ["value"], **({"$defs": schema["$defs"]} if "$defs" in schema else {})}
+    return FunctionTool("f", None, params)

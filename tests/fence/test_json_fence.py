@@ -12,9 +12,8 @@ from zllm_core.fence.token_fence import TokenFence
 from zllm_core.fence.tool_grammar import json_grammar
 
 from .conftest import RandomLogits
-from .schemas import AGENT_TOOLS, KEYWORDS
+from .schemas import AGENT_TOOLS, KEYWORDS, SUITE
 
-SUITE = {**KEYWORDS, **AGENT_TOOLS}
 
 
 @pytest.mark.parametrize("name", sorted(SUITE))

@@ -17,11 +17,10 @@ from zllm_core.fence.tool_grammar import DIALECT_GRAMMARS, output_grammar, tags_
 from zllm_core.protocols.canonical import ToolChoice
 
 from .conftest import END_IDS, RandomLogits
-from .schemas import AGENT_TOOLS, KEYWORDS
+from .schemas import AGENT_TOOLS, SUITE, as_parameter
 
 TOOLS = [FunctionTool(name, f"the {name} tool", schema) for name, schema in AGENT_TOOLS.items()]
 SCHEMAS = {t.name: t.parameters for t in TOOLS}
-SUITE = {**KEYWORDS, **AGENT_TOOLS}
 DIALECTS = ("hermes", "glm45", "glm47", "dsml")
 TRIGGERS = {"hermes": hermes.CALL_OPEN, "glm45": glm.CALL_OPEN, "glm47": glm.CALL_OPEN, "dsml": dsml.CALLS_OPEN}
 EXAMPLE = ToolCall("c", "get_time", '{"tz": "Europe/Paris"}')
@@ -59,13 +58,6 @@ def call_head(dialect) -> str:
     """What every call of the dialect starts with, up to the function's name."""
     text = after_prompt(dialect, [EXAMPLE])
     return text[:text.index(EXAMPLE.name)]
-
-
-def as_parameter(schema: dict) -> FunctionTool:
-    """A tool with one required parameter under `schema` (its $defs at the top, where its refs point)."""
-    params = {"type": "object", "properties": {"value": {k: v for k, v in schema.items() if k != "$defs"}},
-              "required": ["value"], **({"$defs": schema["$defs"]} if "$defs" in schema else {})}
-    return FunctionTool("f", None, params)
 
 
 @pytest.mark.parametrize("choice", [ToolChoice("required"), ToolChoice("named", "todo_write"),

@@ -10,6 +10,8 @@ import torch
 from zllm_core.engine.sequence import Sequence
 from zllm_core.fence.bitmask import apply_token_bitmask_
 
+CDF_BLOCK = 1024  # tokens per block of the two-level inverse CDF
+
 
 def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Mask (to -inf) what falls outside each row's top-k and nucleus; one sort for the batch."""
@@ -32,6 +34,38 @@ def _uniforms(seqs: list[Sequence], device: torch.device) -> torch.Tensor:
         if seq.generator is not None:
             u[i] = torch.rand(1, dtype=torch.float64, generator=seq.generator, device=device)[0]
     return u
+
+
+def _inverse_cdf(x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One draw per row of x (scaled logits, [rows, vocab], consumed) at uniform u (float64);
+    -1 for a row with no finite positive mass.
+
+    Two levels, so no float64 copy or serial prefix sum spans the vocabulary: float32 sums of
+    CDF_BLOCK-token blocks (a vectorised reduction) locate the drawn block, then that one block
+    per row is prefix-summed in float64. The residual is rescaled into the block's own sum, so a
+    rounding difference between the two sums can never land a draw on a token of zero
+    probability."""
+    rows, vocab = x.shape
+    top = x.amax(dim=-1, keepdim=True)
+    weights = x.sub_(torch.where(torch.isfinite(top), top, 0)).exp_()  # unnormalised: no divide
+    full = vocab // CDF_BLOCK * CDF_BLOCK
+    sums = weights[:, :full].view(rows, -1, CDF_BLOCK).sum(dim=-1)
+    if full < vocab:
+        sums = torch.cat([sums, weights[:, full:].sum(dim=-1, keepdim=True)], dim=1)
+    cum = sums.double().cumsum(dim=-1)
+    total = cum[:, -1]
+    target = u.clamp(max=1 - 2 ** -52) * total
+    # right=True: a draw of exactly 0 must not land on a zero-probability block or token.
+    block = torch.searchsorted(cum, target[:, None], right=True).clamp(max=cum.shape[1] - 1)
+    before = torch.where(block > 0, cum.gather(1, (block - 1).clamp(min=0)), 0)
+    positions = block * CDF_BLOCK + torch.arange(CDF_BLOCK, device=x.device)
+    inside = positions < vocab
+    inner = (weights.gather(1, positions.clamp(max=vocab - 1)) * inside).double().cumsum(dim=-1)
+    residual = ((target[:, None] - before) / (cum.gather(1, block) - before)).clamp(0, 1 - 2 ** -52)
+    within = torch.searchsorted(inner, residual * inner[:, -1:], right=True).clamp(max=CDF_BLOCK - 1)
+    drawn = (block * CDF_BLOCK + within).squeeze(1)
+    ok = torch.isfinite(total) & (total > 0) & (inner[:, -1] > 0)
+    return torch.where(ok, drawn, -1)
 
 
 def apply_hooks(logits: torch.Tensor, seqs: list[Sequence]) -> dict[int, Exception]:
@@ -66,23 +100,28 @@ def apply_fences(logits: torch.Tensor, seqs: list[Sequence], vocab_size: int) ->
 
 def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
     """``logits`` is fp32 ``[len(seqs), vocab]`` after hooks; one token per row."""
-    out = logits.argmax(dim=-1)
     rows = [i for i, s in enumerate(seqs) if not s.params.greedy]
+    if len(rows) < len(seqs):
+        out = logits.argmax(dim=-1)
+    else:  # every row samples: no argmax pass over the batch
+        out = torch.zeros(len(seqs), dtype=torch.long, device=logits.device)
     if rows:
         sub = [seqs[i] for i in rows]
         idx = torch.tensor(rows, device=logits.device)
-        x = logits[idx] / torch.tensor([s.params.temperature for s in sub], device=logits.device)[:, None]
+        x = logits[idx]  # a copy: the draw consumes it
+        temperatures = [s.params.temperature for s in sub]
+        if any(t != 1.0 for t in temperatures):
+            x.div_(torch.tensor(temperatures, device=logits.device)[:, None])
         if any(s.params.top_k > 0 or s.params.top_p < 1.0 for s in sub):
             top_k = torch.tensor([s.params.top_k for s in sub], device=logits.device)
             top_p = torch.tensor([s.params.top_p for s in sub], device=logits.device)
             x = _filter_top_k_top_p(x, top_k, top_p)
-        # Inverse CDF: one uniform per row (cheap to seed per request), one cumsum per batch.
-        cdf = x.softmax(dim=-1).double().cumsum(dim=-1)
-        target = (_uniforms(sub, logits.device) * cdf[:, -1])[:, None]
-        # right=True: a draw of exactly 0 must not land on a zero-probability token.
-        drawn = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp(max=cdf.shape[-1] - 1)
+        drawn = _inverse_cdf(x, _uniforms(sub, logits.device))
         # A row with no finite mass (a hook masked everything) falls back to its argmax.
-        out[idx] = torch.where(torch.isfinite(cdf[:, -1]) & (cdf[:, -1] > 0), drawn, out[idx])
+        empty = drawn < 0
+        if bool(empty.any()):
+            drawn[empty] = logits[idx[empty]].argmax(dim=-1)
+        out[idx] = drawn
     return out.tolist()
 
 

@@ -117,6 +117,7 @@ class _Nfa:
     def __init__(self) -> None:
         self.eps: list[list[int]] = []
         self.edges: list[list[tuple[frozenset[int], int]]] = []
+        self._closures: dict[int, frozenset[int]] = {}  # filled once the NFA is built
 
     def state(self) -> int:
         if len(self.eps) >= MAX_NFA_STATES:
@@ -199,13 +200,22 @@ class _Nfa:
         return end
 
     def closure(self, states: Iterable[int]) -> frozenset[int]:
-        seen, todo = set(states), list(states)
-        while todo:
-            for t in self.eps[todo.pop()]:
-                if t not in seen:
-                    seen.add(t)
-                    todo.append(t)
-        return frozenset(seen)
+        """The states reachable by epsilon edges: a union of each state's own closure, which
+        is computed once (subset construction asks for the same targets again and again)."""
+        memo = self._closures
+        parts = []
+        for s in states:
+            found = memo.get(s)
+            if found is None:
+                seen, todo = {s}, [s]
+                while todo:
+                    for t in self.eps[todo.pop()]:
+                        if t not in seen:
+                            seen.add(t)
+                            todo.append(t)
+                found = memo[s] = frozenset(seen)
+            parts.append(found)
+        return parts[0] if len(parts) == 1 else frozenset().union(*parts)
 
 
 _FOLD = bytes(range(256)).lower()  # ASCII letters to lower case, every other byte itself
@@ -348,7 +358,39 @@ def _trimmed(rows: list[list[int]], accepting: list[bool], classes: np.ndarray) 
     new_id = np.full(n + 1, len(keep), dtype=np.int32)
     new_id[keep] = np.arange(len(keep), dtype=np.int32)
     trimmed = new_id[table[np.append(keep, n)]]
-    return Dfa(trimmed, classes, np.append(acc[keep], False), np.append(distance[keep], UNREACHABLE))
+    return _minimal(trimmed, classes, np.append(acc[keep], False), np.append(distance[keep], UNREACHABLE))
+
+
+def _minimal(table: np.ndarray, classes: np.ndarray, accepting: np.ndarray, distance: np.ndarray) -> Dfa:
+    """Merge equivalent states (Moore's refinement). Subset construction leaves many: inside a
+    string, "after an ASCII character" and "after a multi-byte one" are different NFA state
+    sets with one future, and a fence's rows are computed per state, so each merge saves a walk
+    and lets the loop walk see the string's one looping state."""
+    # Equivalent states share acceptance and distance, so refinement starts from that split
+    # (which already separates the states along a literal, the slow case for Moore).
+    _, block = np.unique(distance.astype(np.int64) * 2 + accepting, return_inverse=True)
+    block = block.astype(np.int64)
+    weights = np.random.default_rng(0).integers(1, 2 ** 62, size=table.shape[1], dtype=np.int64)
+    while True:
+        # A weighted sum of successor blocks (wrapping) tells rows apart with near certainty;
+        # the exact check below catches the rare collision.
+        mixed = (block[table] * weights).sum(axis=1)
+        count = block.max() + 1
+        _, block = np.unique(np.stack([block, mixed], axis=1), axis=0, return_inverse=True)
+        block = block.reshape(-1).astype(np.int64)
+        if block.max() + 1 == count:
+            first = np.unique(block, return_index=True)[1]
+            if np.array_equal(block[table], block[table[first[block]]]):
+                break
+            weights = np.random.default_rng(int(count)).integers(1, 2 ** 62, size=table.shape[1], dtype=np.int64)
+    # Renumber by first appearance: the start (state 0) stays first and the dead state, alone
+    # in its block, stays last.
+    first = np.unique(block, return_index=True)[1]
+    order = np.argsort(first)
+    new_id = np.empty_like(order)
+    new_id[order] = np.arange(len(order))
+    reps = first[order]
+    return Dfa(new_id[block[table[reps]]].astype(np.int32), classes, accepting[reps], distance[reps])
 
 
 def _distances(table: np.ndarray, accepting: np.ndarray) -> np.ndarray:

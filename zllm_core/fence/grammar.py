@@ -9,6 +9,7 @@ tokens are allowed exactly in accepting states.
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -17,13 +18,18 @@ from typing import Sequence
 import numpy as np
 
 from zllm_core.fence.automaton import Dfa, Expr, Lit, alt, compile_dfa
-from zllm_core.fence.bitmask import pack_allowed
-from zllm_core.fence.vocab_index import FAR, VocabIndex
+from zllm_core.fence.vocab_index import NO_LIMIT, VocabIndex
 
 PSEUDO_BYTES = (0xC0, 0xC1, *range(0xF5, 0x100))  # never part of well-formed UTF-8
-WALK_CACHE = 64  # states whose per-token distances are kept (300 KB each for 150K tokens)
+LOOP_BYTES = 16  # a state with this many ASCII bytes returning to it takes the loop walk
 ROW_CACHE = 1024  # bitmask rows kept per grammar (19 KB each for 150K tokens)
 PREPARE_STATES = 256  # grammars this small get every state's row ahead of their requests
+# Well-formed UTF-8 multi-byte characters as byte ranges per position (RFC 3629, table 3-7).
+CONT = (0x80, 0xBF)
+UTF8_RANGES = (((0xC2, 0xDF), CONT), ((0xE0, 0xE0), (0xA0, 0xBF), CONT), ((0xE1, 0xEC), CONT, CONT),
+               ((0xED, 0xED), (0x80, 0x9F), CONT), ((0xEE, 0xEF), CONT, CONT),
+               ((0xF0, 0xF0), (0x90, 0xBF), CONT, CONT), ((0xF1, 0xF3), CONT, CONT, CONT),
+               ((0xF4, 0xF4), (0x80, 0x8F), CONT, CONT))
 
 
 class FenceError(ValueError):
@@ -69,18 +75,19 @@ class FenceVocab:
         return 0 <= token < self.vocab_size and bool(self._spellers[1][token])
 
     @functools.cached_property
-    def _spellers(self) -> tuple[frozenset[bytes], np.ndarray]:
-        """The byte strings the walked tokens spell, and which ids are walked."""
+    def _spellers(self) -> tuple[frozenset[bytes], np.ndarray, tuple[int, ...]]:
+        """The byte strings the walked tokens spell, which ids are walked, and the lengths of
+        those strings."""
         walked = np.zeros(self.vocab_size, dtype=bool)
         walked[self.index.order] = True
-        return frozenset(self.index.token_bytes[i] for i in self.index.order), walked
+        known = frozenset(self.index.token_bytes[i] for i in self.index.order)
+        return known, walked, tuple(sorted({len(t) for t in known}))
 
     def verify(self, literal: bytes) -> None:
         """Refuse a literal no sequence of allowed tokens spells (a vocabulary without byte fallback)."""
         reach = np.zeros(len(literal) + 1, dtype=bool)
         reach[0] = True
-        known = self._spellers[0]
-        lengths = {len(t) for t in known}
+        known, _, lengths = self._spellers
         for i in range(len(literal)):
             if reach[i]:
                 for n in lengths:
@@ -97,15 +104,17 @@ class Grammar:
     dfa: Dfa
     vocab: FenceVocab
     _masks: OrderedDict[tuple[int, int], np.ndarray] = field(default_factory=OrderedDict)
-    _walks: OrderedDict[int, np.ndarray] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def compile(cls, expr: Expr, vocab: FenceVocab) -> "Grammar":
         try:
-            return cls(compile_dfa(expr), vocab)
+            grammar = cls(compile_dfa(expr), vocab)
         except ValueError as exc:
             raise FenceError(str(exc)) from None
+        for loop in set(grammar._loops) - {None}:  # per vocabulary, once: no first mask waits on one
+            vocab.index.loop(*loop)
+        return grammar
 
     @property
     def max_distance(self) -> int:
@@ -116,21 +125,24 @@ class Grammar:
     def bitmask(self, state: int, budget: int | None = None) -> np.ndarray:
         """The packed int32 row (fence/bitmask.py's layout) of the tokens allowed next from
         `state`. `budget` (tokens left, this one included) keeps only tokens after which the
-        rest can still complete, an end token included. Rows are computed once per state (and
-        per binding budget) from one walk of the vocabulary, and shared read-only."""
-        limit = FAR - 1 if budget is None else min(budget - 2, FAR - 1)
-        if limit >= self.max_distance:
-            limit = FAR - 1  # the budget does not bind: the state's plain row
+        rest can still complete, an end token included: bytes bound tokens from above, so
+        where no token fits, the tokens that leave the fewest bytes close the structure
+        fastest. Rows are computed once per state (and per binding budget), shared read-only."""
+        limit = NO_LIMIT if budget is None or budget - 2 >= self.max_distance else budget - 2
         key = (state, limit)
         with self._lock:
             row = self._masks.get(key)
             if row is not None:
                 self._masks.move_to_end(key)
                 return row
-        mask = self._within(state, limit)
+        walked = self._row(state, max(limit, -1))
+        row = walked.words
+        if walked.closest >= 0 and not self.dfa.accepting[state] and not row.any():
+            row = self._row(state, walked.closest).words
         if self.dfa.accepting[state]:
-            mask[list(self.vocab.end_ids)] = True
-        row = pack_allowed(mask)
+            bits = row.view(np.uint32)
+            for t in self.vocab.end_ids:
+                bits[t >> 5] |= np.uint32(1 << (t & 31))
         row.setflags(write=False)
         with self._lock:
             self._masks[key] = row
@@ -145,27 +157,36 @@ class Grammar:
             for state in range(len(self.dfa.table) - 1):
                 self.bitmask(state)
 
-    def _within(self, state: int, limit: int) -> np.ndarray:
-        """Tokens after which at most `limit` bytes remain. Bytes bound tokens from above, so
-        where none fits, the tokens that leave the fewest bytes close the structure fastest."""
-        remaining = self._remaining(state)
-        mask = self.vocab.index.allowed(remaining, limit) if limit >= 0 else np.zeros(self.vocab.vocab_size, bool)
-        if not mask.any() and not self.dfa.accepting[state]:
-            closest = int(remaining.min())
-            if closest < FAR:  # else nothing lives on: only an end token (where allowed) remains
-                mask = self.vocab.index.allowed(remaining, closest)
-        return mask
+    def _row(self, state: int, limit: int):
+        """One native walk: over the trie, or from a loop state (a string's inside, free text)
+        the tokens that return to it at once and a walk of the others."""
+        return self.vocab.index.row(self.dfa, state, limit, self._loops[state])
 
-    def _remaining(self, state: int) -> np.ndarray:
-        with self._lock:
-            remaining = self._walks.get(state)
-        if remaining is None:
-            remaining = self.vocab.index.remaining(self.dfa, state)
-            with self._lock:
-                self._walks[state] = remaining
-                while len(self._walks) > WALK_CACHE:
-                    self._walks.popitem(last=False)
-        return remaining
+    @functools.cached_property
+    def _loops(self) -> list[tuple[bytes, bool] | None]:
+        """Per state, what loops back to it (the ASCII bytes as 128 flags, and whether every
+        well-formed multi-byte character does), for states where enough does."""
+        dfa = self.dfa
+        states = np.arange(len(dfa.table), dtype=np.int32)
+        ascii_loops = dfa.table[:, dfa.classes[:128]] == states[:, None]
+        utf8 = np.ones(len(states), dtype=bool)
+        for path in self._utf8_paths():
+            at = states
+            for cls in path:
+                at = dfa.table[at, cls]
+            utf8 &= at == states
+        big = ascii_loops.sum(axis=1) >= LOOP_BYTES
+        return [(ascii_loops[s].astype(np.uint8).tobytes(), bool(utf8[s])) if big[s] else None
+                for s in range(len(states))]
+
+    def _utf8_paths(self) -> set[tuple[int, ...]]:
+        """The byte-class sequences of every well-formed multi-byte character: the DFA cannot
+        tell apart two characters with one sequence."""
+        paths = set()
+        for ranges in UTF8_RANGES:
+            options = [np.unique(self.dfa.classes[lo:hi + 1]).tolist() for lo, hi in ranges]
+            paths.update(itertools.product(*options))
+        return paths
 
     def advance(self, state: int, token: int) -> int:
         """The state after `token`; the DFA's dead state for a token the mask did not allow."""

@@ -1,10 +1,14 @@
 """Per tokenizer, once: every token's bytes laid out for a DFA to run over the whole
-vocabulary from one state.
+vocabulary from one state, and a row of allowed tokens computed from a state in native code
+(csrc/fence_walk.cpp) in one of two ways:
 
-Tokens are concatenated into one byte array with offsets; the walk is native
-(csrc/fence_walk.cpp): each token stops at its first dead byte, so in a structural state,
-where nearly every token dies at once, the walk costs about a step a token. The layout is
-cached on disk by a hash of the vocabulary, so a restart does not rebuild it.
+- a byte trie of the tokens, in preorder: a byte that kills the walk skips every token
+  below it, so a structural state costs about its living nodes, not the vocabulary;
+- from a loop state (inside a string or free text), the precomputed row of the tokens made
+  only of bytes and characters that return to the state, and a walk of the few others.
+
+The byte layout is cached on disk by a hash of the vocabulary and validated when read back;
+the trie is built from it at load (natively, tens of milliseconds).
 """
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ import hashlib
 import logging
 import os
 import tempfile
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -20,9 +25,32 @@ import numpy as np
 
 from zllm_core import _native
 from zllm_core.fence.automaton import Dfa
+from zllm_core.fence.bitmask import pack_allowed
 
-FAR = 65535  # distances are kept in 16 bits; FAR marks a token that dies
+NO_LIMIT = np.iinfo(np.int32).max  # a row's limit when the output budget does not bind
+_NO_ROW = np.zeros(0, dtype=np.int32)
 log = logging.getLogger("zllm.fence")
+
+
+@dataclass(frozen=True)
+class Trie:
+    """Node i (preorder, 0 the root) is reached by `byte[i]`, lies `depth[i]` bytes down, its
+    subtree ends before node `end[i]`, and `ids[ids_start[i]:ids_start[i + 1]]` spell its path."""
+
+    byte: np.ndarray       # uint8 [nodes]
+    depth: np.ndarray      # uint16 [nodes]
+    end: np.ndarray        # int32 [nodes]
+    ids_start: np.ndarray  # int32 [nodes + 1]
+    ids: np.ndarray        # int32
+
+
+@dataclass(frozen=True)
+class Row:
+    """One state's packed row (fence/bitmask.py's layout), and the fewest bytes any living
+    token leaves to acceptance (-1: no token lives), the tightest budget one fits."""
+
+    words: np.ndarray
+    closest: int
 
 
 @dataclass(frozen=True)
@@ -32,6 +60,13 @@ class VocabIndex:
     offsets: np.ndarray     # int64 [n + 1]: token k's bytes are flat[offsets[k]:offsets[k + 1]]
     vocab_size: int         # ids at or past this are never allowed (padding rows of the head)
     token_bytes: tuple[bytes, ...]
+    trie: Trie = field(init=False, compare=False, repr=False)  # built at load: ~50 ms, never stale
+    _loops: dict = field(default_factory=dict, compare=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        trie = _native.fence_trie(self.flat, self.offsets, self.order, self.vocab_size)  # checks the layout
+        object.__setattr__(self, "trie", Trie(*trie))
 
     @classmethod
     def build(cls, token_bytes: Sequence[bytes], excluded: Sequence[int] = ()) -> "VocabIndex":
@@ -52,10 +87,8 @@ class VocabIndex:
         if path.is_file():
             try:
                 with np.load(path) as z:
-                    index = cls(z["order"], z["flat"], z["offsets"], int(z["vocab_size"]), tuple(token_bytes))
-                if len(index.offsets) == len(index.order) + 1 and index.offsets[-1] == len(index.flat):
-                    return index
-            except (OSError, ValueError, KeyError):
+                    return cls(z["order"], z["flat"], z["offsets"], int(z["vocab_size"]), tuple(token_bytes))
+            except (OSError, ValueError, KeyError, TypeError):
                 pass  # a damaged cache file is rebuilt below
         index = cls.build(token_bytes, excluded)
         try:
@@ -76,13 +109,31 @@ class VocabIndex:
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
-    def remaining(self, dfa: Dfa, state: int) -> np.ndarray:
-        """uint16, in `order`: the fewest bytes left to acceptance after each token from `state`
-        (at most FAR - 1: budgets that large are not told apart), FAR where a token dies."""
-        return _native.fence_walk(dfa.table, dfa.classes, dfa.distance, self.flat, self.offsets, state, FAR)
+    def row(self, dfa: Dfa, state: int, limit: int, loop: tuple[bytes, bool] | None = None) -> Row:
+        """The tokens that live from `state` with at most `limit` bytes left to acceptance.
+        `loop` (the ASCII bytes that return to `state`, as 128 flags, and whether every whole
+        multi-byte character does) says the state loops: the tokens made of those units are
+        taken at once and only the others walked. The result is the same either way."""
+        looping, trie = (_NO_ROW, self.trie) if loop is None else self.loop(*loop)
+        words, closest = _native.fence_row(dfa.table, dfa.classes, dfa.distance, state, limit, trie.byte,
+                                           trie.depth, trie.end, trie.ids_start, trie.ids, self.vocab_size, looping)
+        return Row(words, int(closest))
 
-    def allowed(self, remaining: np.ndarray, max_distance: int) -> np.ndarray:
-        """bool [vocab_size]: the tokens whose `remaining` is at most `max_distance` (< FAR)."""
-        out = np.zeros(self.vocab_size, dtype=bool)
-        out[self.order[remaining <= max_distance]] = True
-        return out
+    def loop(self, ascii_loop: bytes, utf8: bool) -> tuple[np.ndarray, Trie]:
+        """(the packed row of the tokens made only of these units, the trie of the others),
+        computed once per unit set: grammars share them (every JSON string has the same)."""
+        key = (ascii_loop, utf8)
+        with self._lock:
+            found = self._loops.get(key)
+        if found is None:
+            flags = np.frombuffer(ascii_loop, dtype=np.uint8)
+            looping = _native.fence_loop_tokens(self.flat, self.offsets, self.order, flags, utf8).astype(bool)
+            allowed = np.zeros(self.vocab_size, dtype=bool)
+            allowed[self.order[looping]] = True
+            others = np.zeros(self.vocab_size, dtype=np.uint8)
+            others[self.order[~looping]] = 1
+            t = self.trie
+            found = (pack_allowed(allowed), Trie(*_native.fence_subtrie(t.byte, t.depth, t.end, t.ids_start, t.ids, others)))
+            with self._lock:
+                self._loops[key] = found
+        return found
