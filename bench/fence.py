@@ -8,6 +8,9 @@ whitespace), so each enforces the same language. Per schema:
   replayed through each library, timing the mask for every position; ours cold (a fresh
   grammar: masks computed on first visit) and warm (the grammar's second request).
 Prints p50/p99 per token and compile times with ratios (peer / ours: above 1, ours is faster).
+Then a coding agent's tool set (the suite's agent tools, 20 of them): our forced-call grammar per
+dialect, against the peers compiling the JSON Schema of one Hermes call's body (an anyOf of
+{"name": const, "arguments": schema}), the same language as our Hermes grammar between its tags.
 
     PYTHONPATH=$PWD python bench/fence.py [--sequences 4] [--max-tokens 96]
 Needs `pip install xgrammar llguidance` (the `bench` extra).
@@ -32,11 +35,13 @@ import llguidance.tiktoken as llg_tiktoken  # noqa: E402
 import xgrammar  # noqa: E402
 
 from tests.fence.conftest import END_IDS, RandomLogits  # noqa: E402
-from tests.fence.schemas import SUITE  # noqa: E402
+from tests.fence.schemas import AGENT_TOOLS, SUITE  # noqa: E402
 from tests.tokenizer.references import tiktoken_encoding  # noqa: E402
 from zllm_core.fence.grammar import FenceVocab, Grammar  # noqa: E402
 from zllm_core.fence.token_fence import TokenFence  # noqa: E402
-from zllm_core.fence.tool_grammar import json_grammar  # noqa: E402
+from zllm_core.dialects.conversation import FunctionTool  # noqa: E402
+from zllm_core.fence.tool_grammar import json_grammar, output_grammar, tags_for  # noqa: E402
+from zllm_core.protocols.canonical import ToolChoice  # noqa: E402
 from zllm_core.tokenizer import Tokenizer  # noqa: E402
 
 SKIP = {"pattern_search"}  # JSON Schema's unanchored search: the peers anchor patterns
@@ -160,6 +165,24 @@ def main() -> None:
                 else:
                     masks[p.name] += times
     report(compile_s, masks, rejected)
+    tool_sets(tok, peers)
+
+
+def tool_sets(tok: Tokenizer, peers: list) -> None:
+    tools = [FunctionTool(f"{n}_{k}", None, s) for k in range(4) for n, s in AGENT_TOOLS.items()]
+    body = {"anyOf": [{"type": "object", "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+                       "required": ["name", "arguments"], "additionalProperties": False} for t in tools]}
+    print(f"\n{len(tools)} tools, tool_choice required: compile (s)")
+    ours = {}
+    for dialect in ("hermes", "glm47", "dsml"):
+        vocab = FenceVocab.build([tok.token_bytes(i) for i in range(tok.vocab_size)], tok.special_tokens,
+                                 END_IDS, tags_for(dialect))
+        ours[dialect], grammar = timed(lambda: Grammar.compile(
+            output_grammar(dialect, vocab, tools, ToolChoice("required"), False), vocab))
+        print(f"{'zllm_core ' + dialect:>18} {ours[dialect]:8.3f}   {len(grammar.dfa.table) - 1} DFA states")
+    for p in peers:
+        t, _ = timed(p.compile, body)
+        print(f"{p.name + ' (one call)':>18} {t:8.3f}   x{t / ours['hermes']:6.2f} of ours (hermes)")
 
 
 def report(compile_s: dict, masks: dict, rejected: dict) -> None:

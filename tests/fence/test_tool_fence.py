@@ -244,3 +244,18 @@ def test_a_budget_below_the_shortest_completion_still_always_allows_a_token(name
         tokens, ended = sampler.generate(fence(vocab_for(name), ToolChoice("required"), max_tokens=max_tokens,
                                                dialect=name))
         assert len(tokens) == max_tokens and not ended  # cut by the budget, never an empty mask
+
+
+@pytest.mark.parametrize("name", DIALECTS)
+def test_a_coding_agents_tool_set_compiles_and_its_calls_parse_valid(name, qwen, vocab_for):
+    """Twenty tools, as Claude Code or Codex declare: DSML's values in NFA form once passed the
+    automaton limit (each value times every prefix of its closing tag's spellings)."""
+    tools = [FunctionTool(f"{n}_{k}", None, s) for k in range(4) for n, s in AGENT_TOOLS.items()]
+    dialect, sampler = dialect_named(name), RandomLogits(seed=20)
+    template = fence(vocab_for(name), ToolChoice("required"), tools, max_tokens=200, dialect=name)
+    for k in range(20):
+        tokens, ended = sampler.generate(template.clone())
+        parsed = dialect.parse(qwen.decode(tokens, errors="strict"), f"t{k}", tools)
+        assert ended and parsed.tool_calls and not parsed.errors
+        for call in parsed.tool_calls:
+            jsonschema.validate(json.loads(call.arguments), AGENT_TOOLS[call.name.rsplit("_", 1)[0]])

@@ -6,6 +6,7 @@ tokens into stream text and applies stop strings.
 from __future__ import annotations
 
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
@@ -20,11 +21,15 @@ from zllm_core.cache.token_ids import TokenIds
 from zllm_core.engine.detokenizer import StreamDetokenizer
 from zllm_core.engine.device import resolve_device
 from zllm_core.engine.model_runner import ModelRunner
-from zllm_core.engine.sampler import TokenLogprob, apply_fences, apply_hooks, sample, token_logprobs
+from zllm_core.engine.sampler import (TokenLogprob, apply_fence_rows, apply_hooks, fence_rows, sample,
+                                     token_logprobs)
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.engine.scheduler import Scheduler, SchedulerConfig
 from zllm_core.engine.sequence import Sequence, Status
 from zllm_core.model.attention_backend import select_backend
+
+# One thread for every engine in the process: a step waits for its own rows before sampling.
+_FENCE_WORKER = ThreadPoolExecutor(1, thread_name_prefix="zllm-fence")
 
 
 @dataclass(frozen=True)
@@ -203,16 +208,22 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         if batch is None:
             return []
+        sampled = [c.seq for c in batch.chunks if c.samples]
+        # The fences' rows for this step depend only on tokens sampled before it: a worker
+        # computes them while the model runs (the native walks release the GIL).
+        rows = _FENCE_WORKER.submit(fence_rows, sampled) if any(s.params.fence for s in sampled) else None
         logits = self.runner.run(batch)
         for chunk in batch.chunks:
             seq = chunk.seq
             seq.num_computed += chunk.length
             if self.cache is not None and seq.cache is not None:
                 self.cache.commit(seq.request_id, seq.token_ids, seq.block_table, seq.num_computed)
-        sampled = [c.seq for c in batch.chunks if c.samples]
         logits[:, self.sampleable:] = float("-inf")
         failed = apply_hooks(logits, sampled)
-        failed.update(apply_fences(logits, sampled, self.sampleable))
+        if rows is not None:
+            masks, fence_failed = rows.result()
+            failed.update(fence_failed)
+            apply_fence_rows(logits, masks, self.sampleable)
         tokens = sample(logits, sampled)
         logprobs = token_logprobs(logits, sampled, tokens)
         return [self._fail(seq, failed[i]) if i in failed else self._append(seq, tok, logprobs[i])

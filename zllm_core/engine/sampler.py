@@ -80,22 +80,30 @@ def apply_hooks(logits: torch.Tensor, seqs: list[Sequence]) -> dict[int, Excepti
     return failed
 
 
-def apply_fences(logits: torch.Tensor, seqs: list[Sequence], vocab_size: int) -> dict[int, Exception]:
-    """Mask each fenced row to its fence's allowed tokens: one bitmask kernel for the batch;
-    rows without a fence are not touched. A failing fence fails its row only."""
+def fence_rows(seqs: list[Sequence]) -> tuple[dict[int, np.ndarray], dict[int, Exception]]:
+    """Each fenced row's packed mask for this step (rows with nothing constrained left out),
+    and the rows whose fence failed: a failing fence fails its row only."""
     masks, failed = {}, {}
     for i, seq in enumerate(seqs):
         if seq.params.fence is not None:
             try:
-                masks[i] = seq.params.fence.bitmask()
+                row = seq.params.fence.bitmask()
             except Exception as exc:  # noqa: BLE001 - one request's fence must not end the batch
                 failed[i] = exc
-    rows = [i for i, m in masks.items() if m is not None]
-    if rows:
+                continue
+            if row is not None:
+                masks[i] = row
+    return masks, failed
+
+
+def apply_fence_rows(logits: torch.Tensor, masks: dict[int, np.ndarray], vocab_size: int) -> None:
+    """Mask the fenced rows to their allowed tokens: one bitmask kernel for the batch; rows
+    without a fence are not touched."""
+    if masks:
+        rows = list(masks)
         bitmask = torch.from_numpy(np.stack([masks[i] for i in rows]))
         apply_token_bitmask_(logits, bitmask.to(logits.device, non_blocking=True),
                              torch.tensor(rows, dtype=torch.int32, device=logits.device), vocab_size)
-    return failed
 
 
 def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:

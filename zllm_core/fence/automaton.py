@@ -8,6 +8,7 @@ is the fewest bytes from each state to acceptance, which budget-aware closure us
 """
 from __future__ import annotations
 
+import functools
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Union
@@ -55,13 +56,22 @@ class Avoid:
 
 
 @dataclass(frozen=True)
+class Compact:
+    """`body`, compiled alone to a minimal DFA and embedded: a large sub-expression (a tool's
+    arguments) then costs the expression around it its few DFA states, not its NFA's many,
+    and each distinct one is compiled once."""
+
+    body: "Expr"
+
+
+@dataclass(frozen=True)
 class Text:
     """Any bytes that do not contain one of `stops` (in any ASCII case); it may end anywhere."""
 
     stops: tuple[bytes, ...]
 
 
-Expr = Union[Lit, Bytes, Seq, Alt, Repeat, Avoid, Text]
+Expr = Union[Lit, Bytes, Seq, Alt, Repeat, Avoid, Compact, Text]
 EMPTY = Lit(b"")
 ANY_BYTES = Repeat(Bytes(frozenset(range(256))))
 
@@ -143,9 +153,13 @@ class _Nfa:
                 start = self.build(part, start)
             return start
         if isinstance(e, Text):
-            return self._avoid(ANY_BYTES, e.stops, start)
+            return self._embed(_avoiding(ANY_BYTES, e.stops), start)
         if isinstance(e, Avoid):
-            return self._avoid(e.body, e.stops, start)
+            # In NFA form the product with the stops' automaton multiplies every state of the
+            # body by every stop prefix (~20x a DSML value); as DFAs it stays small.
+            return self._embed(_avoiding(e.body, e.stops), start)
+        if isinstance(e, Compact):
+            return self._embed(_compiled(e.body), start)
         if isinstance(e, Alt):
             end = self.state()
             for option in e.options:
@@ -155,33 +169,21 @@ class _Nfa:
             return end
         return self._repeat(e, start)
 
-    def _avoid(self, body: Expr, stops: tuple[bytes, ...], start: int) -> int:
-        """`body` in step with Aho-Corasick over the stops: one state per (body state, proper
-        prefix of a stop) reached; a byte that would complete a stop has no edge."""
-        inner = _Nfa()
-        first = inner.state()
-        last = inner.build(body, first)
-        goto, terminal = _aho_corasick(stops)
-        moves = [_by_target(row, terminal) for row in goto]  # per node: (bytes, next node)
-        ids, todo, end = {(first, 0): start}, [(first, 0)], self.state()
-
-        def state_of(s: int, node: int) -> int:
-            if (s, node) not in ids:
-                ids[(s, node)] = self.state()
-                todo.append((s, node))
-            return ids[(s, node)]
-
-        while todo:
-            s, node = todo.pop()
-            here = ids[(s, node)]
-            self.eps[here].extend(state_of(t, node) for t in inner.eps[s])
-            for allowed, t in inner.edges[s]:
-                for ahead, nxt in moves[node]:
-                    both = allowed & ahead
-                    if both:
-                        self.edges[here].append((both, state_of(t, nxt)))
-            if s == last:
-                self.eps[here].append(end)
+    def _embed(self, dfa: "Dfa", start: int) -> int:
+        """A DFA as part of this NFA, one state per DFA state; returns the end state."""
+        ids = [self.state() for _ in range(len(dfa.table) - 1)]
+        self.eps[start].append(ids[dfa.start])  # a fresh first state: the DFA may loop back to it
+        end = self.state()
+        members = [frozenset(np.flatnonzero(dfa.classes == c).tolist()) for c in range(dfa.table.shape[1])]
+        dead = dfa.dead
+        for q, row in enumerate(dfa.table[:-1].tolist()):
+            targets: dict[int, set[int]] = {}
+            for c, target in enumerate(row):
+                if target != dead:
+                    targets.setdefault(target, set()).update(members[c])
+            self.edges[ids[q]].extend((frozenset(bs), ids[t]) for t, bs in targets.items())
+            if dfa.accepting[q]:
+                self.eps[ids[q]].append(end)
         return end
 
     def _repeat(self, e: Repeat, start: int) -> int:
@@ -258,13 +260,42 @@ def _aho_corasick(stops: tuple[bytes, ...]) -> tuple[list[list[int]], set[int]]:
     return goto, terminal
 
 
-def _by_target(row: list[int], terminal: set[int]) -> list[tuple[frozenset[int], int]]:
-    """A goto row as (the bytes, the node they lead to), leaving out bytes that end a stop."""
-    targets: dict[int, set[int]] = {}
-    for b, t in enumerate(row):
-        if t not in terminal:
-            targets.setdefault(t, set()).add(b)
-    return [(frozenset(bs), t) for t, bs in targets.items()]
+@functools.lru_cache(maxsize=256)
+def _compiled(body: Expr) -> "Dfa":
+    return compile_dfa(body)
+
+
+@functools.lru_cache(maxsize=256)
+def _avoiding(body: Expr, stops: tuple[bytes, ...]) -> "Dfa":
+    """A minimal DFA over bytes for the strings of `body` that hold no stop: the body's
+    minimal DFA run in step with Aho-Corasick over the stops, as pairs (body state, stop
+    prefix); a byte that would complete a stop leads nowhere. Cached: every string parameter
+    of a tool set has the same body and stops."""
+    inner = _compiled(body)
+    goto, terminal = _aho_corasick(stops)
+    goto = np.array(goto, dtype=np.int64)
+    ends_stop = np.zeros(len(goto), dtype=bool)
+    ends_stop[list(terminal)] = True
+    by_byte = inner.table[:, inner.classes].astype(np.int64)  # [body states, 256]
+    ids = {(inner.start, 0): 0}
+    pairs = [(inner.start, 0)]
+    rows: list[list[int]] = []
+    for q, node in pairs:  # grows as new pairs are reached: breadth first
+        nq, nn = by_byte[q], goto[node]
+        live = np.flatnonzero((nq != inner.dead) & ~ends_stop[nn])
+        targets, where = np.unique(nq[live] * len(goto) + nn[live], return_inverse=True)
+        numbers = []
+        for t in targets.tolist():
+            pair = divmod(t, len(goto))
+            if pair not in ids:
+                ids[pair] = len(pairs)
+                pairs.append(pair)
+            numbers.append(ids[pair])
+        row = np.full(256, -1, dtype=np.int64)
+        row[live] = np.array(numbers, dtype=np.int64)[where.reshape(-1)] if numbers else -1
+        rows.append(row.tolist())
+    accepting = [bool(inner.accepting[q]) for q, _ in pairs]
+    return _trimmed(rows, accepting, np.arange(256, dtype=np.uint8))
 
 
 @dataclass
@@ -344,10 +375,9 @@ def _byte_classes(nfa: _Nfa) -> tuple[np.ndarray, dict[frozenset[int], list[int]
 def _trimmed(rows: list[list[int]], accepting: list[bool], classes: np.ndarray) -> Dfa:
     n, width = len(rows), int(classes.max()) + 1
     table = np.full((n + 1, width), n, dtype=np.int32)
-    for s, row in enumerate(rows):
-        for c, t in enumerate(row):
-            if t >= 0:
-                table[s, c] = t
+    if n:
+        table[:n] = np.array(rows, dtype=np.int32).reshape(n, width)
+        table[table < 0] = n
     acc = np.array(accepting + [False])
     distance = _distances(table, acc)
     alive = distance < UNREACHABLE
@@ -358,7 +388,10 @@ def _trimmed(rows: list[list[int]], accepting: list[bool], classes: np.ndarray) 
     new_id = np.full(n + 1, len(keep), dtype=np.int32)
     new_id[keep] = np.arange(len(keep), dtype=np.int32)
     trimmed = new_id[table[np.append(keep, n)]]
-    return _minimal(trimmed, classes, np.append(acc[keep], False), np.append(distance[keep], UNREACHABLE))
+    # Bytes whose columns agree once dead edges are cut fall into one class.
+    columns, merged = np.unique(trimmed, axis=1, return_inverse=True)
+    return _minimal(columns, merged.reshape(-1)[classes].astype(np.uint8), np.append(acc[keep], False),
+                    np.append(distance[keep], UNREACHABLE))
 
 
 def _minimal(table: np.ndarray, classes: np.ndarray, accepting: np.ndarray, distance: np.ndarray) -> Dfa:
@@ -368,29 +401,38 @@ def _minimal(table: np.ndarray, classes: np.ndarray, accepting: np.ndarray, dist
     and lets the loop walk see the string's one looping state."""
     # Equivalent states share acceptance and distance, so refinement starts from that split
     # (which already separates the states along a literal, the slow case for Moore).
-    _, block = np.unique(distance.astype(np.int64) * 2 + accepting, return_inverse=True)
-    block = block.astype(np.int64)
-    weights = np.random.default_rng(0).integers(1, 2 ** 62, size=table.shape[1], dtype=np.int64)
+    _, initial = np.unique(distance.astype(np.int64) * 2 + accepting, return_inverse=True)
+    seed = 0
     while True:
-        # A weighted sum of successor blocks (wrapping) tells rows apart with near certainty;
-        # the exact check below catches the rare collision.
-        mixed = (block[table] * weights).sum(axis=1)
-        count = block.max() + 1
-        _, block = np.unique(np.stack([block, mixed], axis=1), axis=0, return_inverse=True)
-        block = block.reshape(-1).astype(np.int64)
-        if block.max() + 1 == count:
-            first = np.unique(block, return_index=True)[1]
-            if np.array_equal(block[table], block[table[first[block]]]):
-                break
-            weights = np.random.default_rng(int(count)).integers(1, 2 ** 62, size=table.shape[1], dtype=np.int64)
+        block = _refined(table, initial.reshape(-1).astype(np.int64), seed)
+        first = np.unique(block, return_index=True)[1]
+        rep = first[block]
+        # Hashing may (very rarely) merge two states: keep the partition only if it is exact.
+        if np.array_equal(block[table], block[table[rep]]) and np.array_equal(initial[rep], initial):
+            break
+        seed += 1
     # Renumber by first appearance: the start (state 0) stays first and the dead state, alone
     # in its block, stays last.
-    first = np.unique(block, return_index=True)[1]
     order = np.argsort(first)
     new_id = np.empty_like(order)
     new_id[order] = np.arange(len(order))
     reps = first[order]
     return Dfa(new_id[block[table[reps]]].astype(np.int32), classes, accepting[reps], distance[reps])
+
+
+def _refined(table: np.ndarray, block: np.ndarray, seed: int) -> np.ndarray:
+    """Moore's rounds: split blocks by their successors' blocks until no block splits. A row is
+    told apart by a random weighted sum of its successor blocks (wrapping int64), its block
+    included, so a round is one vectorised pass and one sort."""
+    rng = np.random.default_rng(seed)
+    weights = rng.integers(1, 2 ** 62, size=table.shape[1], dtype=np.int64)
+    own = np.int64(rng.integers(1, 2 ** 62))
+    count = -1
+    while block.max() + 1 != count:
+        count = block.max() + 1
+        _, block = np.unique((block[table] * weights).sum(axis=1) + block * own, return_inverse=True)
+        block = block.reshape(-1).astype(np.int64)
+    return block
 
 
 def _distances(table: np.ndarray, accepting: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ from zllm_core.dialects.hermes import CALL_CLOSE, CALL_OPEN
 from zllm_core.dialects.scanner import Markers
 from zllm_core.dialects.selection import DIALECTS
 from zllm_core.dialects.stream import THINK_CLOSE, THINK_OPEN
-from zllm_core.fence.automaton import EMPTY, Expr, Lit, Repeat, Text, alt, seq
+from zllm_core.fence.automaton import EMPTY, Compact, Expr, Lit, Repeat, Text, alt, seq
 from zllm_core.fence.grammar import FenceError, FenceVocab
 from zllm_core.fence.json_schema import value_expr
 from zllm_core.fence.param_calls import DSML_TAGS, GLM_TAGS, dsml_calls, glm_calls, stop_bytes
@@ -33,7 +33,7 @@ HERMES_TAGS = (CALL_OPEN, CALL_CLOSE, THINK_OPEN, THINK_CLOSE)
 def hermes_calls(dialect: ToolDialect, vocab: FenceVocab, tools: Sequence[FunctionTool], parallel: bool) -> Expr:
     """`<tool_call>\\n{"name": "f", "arguments": {...}}\\n</tool_call>`, joined by newlines."""
     one = alt(*(seq(vocab.tag(CALL_OPEN), Lit(f'\n{{"name": "{t.name}", "arguments": '.encode()),
-                    value_expr(t.parameters or {"type": "object"}), Lit(b"}\n"), vocab.tag(CALL_CLOSE))
+                    Compact(value_expr(t.parameters or {"type": "object"})), Lit(b"}\n"), vocab.tag(CALL_CLOSE))
                 for t in tools))
     return seq(one, Repeat(seq(Lit(b"\n"), one)) if parallel else EMPTY)
 
