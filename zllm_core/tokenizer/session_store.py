@@ -19,6 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from zllm_core import _native
+from zllm_core.tokenizer.exact_spans import ExactSpans
 
 CHECKPOINT_STRIDE = 4096  # code points a block
 # The end of a conversation changes every call (a template re-renders the last turn, new text
@@ -40,12 +41,14 @@ class Session:
     checkpoints: list[int] = field(default_factory=list)  # hash of each full block of
     # CHECKPOINT_STRIDE code points, set by the store
     keys: set[str] = field(default_factory=set)
+    # The conversation's exact ids (exact_spans.py): they live and are evicted with its text.
+    spans: ExactSpans = field(default_factory=ExactSpans)
     id: int = field(default_factory=lambda: next(_session_ids))
 
     @property
     def nbytes(self) -> int:
         # a checkpoint: its list slot and its int (8 + 28 bytes in CPython)
-        return self.text.nbytes + self.tokens.nbytes + 36 * len(self.checkpoints) + 256
+        return self.text.nbytes + self.tokens.nbytes + 36 * len(self.checkpoints) + self.spans.nbytes + 256
 
 
 @dataclass
