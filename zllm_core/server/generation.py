@@ -106,7 +106,9 @@ class Generation:
         called = False
         last = None
         generated: list[int] = []
-        hint = CacheHint(tenant=admitted.tenant, cache_id=admitted.request.cache_key)
+        # The conversation's one identity (the request's key, else its tokenizer session's):
+        # a hint the cache verifies token by token.
+        hint = CacheHint(tenant=admitted.tenant, cache_id=admitted.prompt.conversation)
         engine_stream = self.engine.generate(admitted.prompt.token_ids, admitted.request.sampling,
                                              request_id=request_id, cache=hint)
         self.running += 1
