@@ -72,3 +72,13 @@ def test_a_prompt_sent_again_is_no_near_miss(conversations, qwen):
     conversations.record(first.session, PROMPT, first.ids, answer(qwen))
     again = conversations.encode(PROMPT)  # a retry, or count_tokens before the real call
     assert np.array_equal(again.ids, first.ids) and conversations.stats.near_misses == 0
+
+
+def test_a_conversation_forked_from_a_longer_one_keeps_finding_its_own_spans(conversations, qwen):
+    system = "<|im_start|>system\n" + "Keep every file tidy. " * 600 + "<|im_end|>\n"  # 3 blocks
+    conversations.encode(system + "<|im_start|>user\n" + "Read the file. " * 2000)  # many indexed blocks
+    compacted = system + "<|im_start|>user\nSummary so far.<|im_end|>\n<|im_start|>assistant\n"
+    fork = conversations.encode(compacted)  # the same instructions: a fork of that session
+    conversations.record(fork.session, compacted, fork.ids, answer(qwen))
+    later = conversations.encode(compacted + "hello" + NEXT)
+    assert later.session == fork.session and later.exact_chars == len(compacted) + 5

@@ -230,7 +230,7 @@ class IncrementalTokenizer:
             self.stats.accepted_at[attempt] += 1
         if forked:  # the repair left the session's tokens as they were
             fork = Session(session.scope, _native.SessionText(text), fork_tokens)
-            self.store.add(fork, None, text)
+            self.store.add(fork, None, text, forked_at=diverged)
             return fork
         self.store.reindex(session, text, diverged)  # the repair spliced its tokens and text
         return session

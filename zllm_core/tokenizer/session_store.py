@@ -92,10 +92,13 @@ class SessionStore:
         return True
 
     # ---- updates
-    def add(self, session: Session, key: str | None, text: str) -> None:
-        """Adds `session`, whose text is `text`."""
+    def add(self, session: Session, key: str | None, text: str, forked_at: int = 0) -> None:
+        """Adds `session`, whose text is `text`; a fork's first `forked_at` code points are its
+        parent's. Those blocks are indexed for the fork even within the lag: they have stopped
+        changing, and left to the parent they would lead the fork's next call (a conversation
+        after a compaction, say) back to the parent, to fork it again."""
         self._lru[session.id] = session
-        end = self._indexed_blocks(text)
+        end = max(self._indexed_blocks(text), forked_at // self.stride)
         session.checkpoints = _native.checkpoint_hashes(text, self.stride, 0, end).tolist()
         self._index_checkpoints(session, 0)
         self.remember(session, key)
