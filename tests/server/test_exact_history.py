@@ -99,7 +99,9 @@ def live():
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
+    deadline = time.monotonic() + 60
     while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.05)
     yield engine, f"http://127.0.0.1:{sock.getsockname()[1]}"
     server.should_exit = True
