@@ -1,5 +1,18 @@
-"""Per-request CPU overhead of a long-context, cache-hit continuation, before and after the
-request path moved to numpy token arrays.
+"""Per-request CPU overhead of a long-context, cache-hit continuation.
+
+``--asgi`` (issue 21): server CPU time per turn through the ASGI app, from the request body
+to the first scheduled chunk, beside the body's JSON parse time (the standard parser and
+orjson) in the same run. A chat conversation of trace text grows by ``--append`` characters
+a turn (the previous answer and a new user message) and is sent whole, as agents send it, to
+the real app (middleware, validation, template, prompt ids, admission) over the real engine
+bookkeeping (add_request, the scheduler's prefix match); the model is not run (the mark is
+taken when the first chunk is scheduled; then the turn is finished in bookkeeping only,
+untimed, so the next turn finds it resident). "with id" turns carry prompt_cache_key.
+
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python bench/request_overhead.py --asgi [--chars 30000,300000,1000000]
+
+Without ``--asgi``: the engine objects alone, before and after the request path moved to
+numpy token arrays.
 
 What is timed (CPU time, median over the timed turns): one turn of a conversation whose
 context is already resident -- the previous turn's prompt, its sampled token, then
@@ -34,39 +47,33 @@ the gain.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import statistics
+import sys
 import time
 from array import array
 from pathlib import Path
 
 import numpy as np
+import orjson
 
 from zllm_core import _native
 from zllm_core.cache.block_hash import chain_keys
-from zllm_core.cache.scope import CacheHint, Scope
+from zllm_core.cache.scope import CacheHint
 from zllm_core.cache.token_ids import common_prefix
-from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
+from zllm_core.engine.llm_engine import LLMEngine
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.engine.sequence import Sequence
-from zllm_core.model.causal_lm import CausalLM
-from zllm_core.model.config import parse_config
-from zllm_core.model.demo import CONFIG, GENERATION_CONFIG
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from asgi_call import post_json  # noqa: E402  (bench/ is on sys.path when run as a script)
+from bookkeeping_engine import BookkeepingEngine, bench_engine  # noqa: E402
+from trace_replay import agent_trace, trace_text  # noqa: E402
 
 BLOCK = 16
 PARAMS = SamplingParams(max_tokens=256, temperature=0.0)
 STAGES = ("handover", "snapshot", "admit", "match", "commit", "finish")
-
-
-def bench_engine(context: int) -> LLMEngine:
-    """A real engine over a one-layer model that is never run: its KV pool is tiny per token,
-    so a pool for several 300K-token contexts costs megabytes."""
-    raw = {**CONFIG, "hidden_size": 16, "intermediate_size": 16, "num_attention_heads": 1,
-           "num_key_value_heads": 1, "head_dim": 16, "num_hidden_layers": 1,
-           "max_position_embeddings": 4 * context}
-    model = CausalLM(parse_config(raw, GENERATION_CONFIG, Path("bench")))
-    per_token = 2 * 16 * 4  # K and V, one head of 16 fp32
-    config = EngineConfig(kv_cache_bytes=3 * context * per_token, max_num_batched_tokens=4 * context)
-    return LLMEngine(model, None, config, Scope("bench-request-overhead"))
 
 
 def cpu_ms(fn) -> tuple[float, object]:
@@ -156,13 +163,74 @@ def median_total(runs: list[dict]) -> float:
     return statistics.median(sum(r.values()) for r in runs)
 
 
+def asgi_app(context_chars: int):
+    from zllm_core.model.model_names import resolve_model
+    from zllm_core.server.app import create_app
+    from zllm_core.server.prompt import PromptBuilder
+    from zllm_core.server.runtime import ServerConfig
+    from zllm_core.tokenizer import Tokenizer
+
+    model_dir = resolve_model("zllm-demo")
+    tokenizer = Tokenizer.from_pretrained(model_dir)
+    eos = tokenizer.encode("<|im_end|>", allowed_special="all")[0]
+    engine = BookkeepingEngine(bench_engine(context_chars // 2), [eos])
+    config = ServerConfig(model_name="zllm-demo", max_body_bytes=1 << 30)
+    return create_app(engine, PromptBuilder.from_model_dir(model_dir, tokenizer), config), engine
+
+
+def asgi_turns(context: int, append: int, turns: int, warmup: int, keyed: bool) -> list[dict]:
+    """CPU ms per timed turn: the server to the first scheduled chunk, and the body's parse."""
+    app, engine = asgi_app(context)
+    text = trace_text(agent_trace(), context + (warmup + turns + 1) * append)
+    messages = [{"role": "system", "content": text[:8000]}]
+    at = 8000
+    while at < context:  # the history: user messages of `append` characters, answered
+        messages += [{"role": "user", "content": text[at:at + append]}, {"role": "assistant", "content": ""}]
+        at += append
+    out = []
+    for turn in range(warmup + turns):
+        messages.append({"role": "user", "content": text[at:at + append]})
+        at += append
+        body = json.dumps({"model": "zllm-demo", "messages": messages, "max_tokens": 1,
+                           **({"prompt_cache_key": "conv"} if keyed else {})}).encode()
+        start = time.process_time_ns()
+        status, reply = asyncio.run(post_json(app, "/v1/chat/completions", body))
+        server = (engine.marked - start) / 1e6
+        assert status == 200, reply[:300]
+        if turn >= warmup:
+            out.append({"server": server, "json": cpu_ms(lambda: json.loads(body))[0],
+                        "orjson": cpu_ms(lambda: orjson.loads(body))[0], "bytes": len(body),
+                        "cached": orjson.loads(reply)["usage"]["prompt_tokens_details"]["cached_tokens"],
+                        "prompt": orjson.loads(reply)["usage"]["prompt_tokens"]})
+        messages.append({"role": "assistant", "content": ""})  # the answer, resent next turn
+    return out
+
+
+def main_asgi(args) -> None:
+    print(f"{'context':>9} {'path':>8} {'body MB':>8} {'server ms':>10} {'json ms':>8} {'orjson ms':>10} "
+          f"{'server/json':>12} {'server/orjson':>14} {'hit rate':>9}")
+    for chars in map(int, args.chars.split(",")):
+        for keyed in (True, False):
+            runs = asgi_turns(chars, args.append, args.turns, args.warmup, keyed)
+            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            hit = sum(r["cached"] for r in runs) / sum(r["prompt"] for r in runs)
+            print(f"{chars:>9,} {'with id' if keyed else 'keyless':>8} {med['bytes'] / 1e6:>8.2f} "
+                  f"{med['server']:>10.2f} {med['json']:>8.2f} {med['orjson']:>10.2f} "
+                  f"{med['server'] / med['json']:>11.2f}x {med['server'] / med['orjson']:>13.2f}x {hit:>9.4f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="30000,100000,300000")
     ap.add_argument("--new", type=int, default=500, help="tokens appended per turn")
     ap.add_argument("--turns", type=int, default=8, help="timed turns per conversation")
     ap.add_argument("--warmup", type=int, default=3, help="untimed turns first (resident sessions)")
+    ap.add_argument("--asgi", action="store_true", help="through the ASGI app (issue 21)")
+    ap.add_argument("--chars", default="30000,300000,1000000", help="--asgi: context sizes in characters")
+    ap.add_argument("--append", type=int, default=1400, help="--asgi: characters appended per turn")
     args = ap.parse_args()
+    if args.asgi:
+        return main_asgi(args)
     rng = np.random.default_rng(0)
     print(f"{'context':>8} {'path':>8} {'before ms':>10} {'now ms':>8} {'ratio':>7}   now by stage (ms)")
     for context in map(int, args.sizes.split(",")):

@@ -105,6 +105,16 @@ def test_exact_cache_id_is_verified_against_the_tokens():
     assert dict(cache.stats.lookups) == {"cold": 2, "exact_id": 1}
 
 
+def test_an_id_two_conversations_share_still_finds_the_longest_prefix():
+    cache = PrefixCache(BlockPool(LAYOUT, 64))
+    system = list(range(8))
+    a, b = system + [1] * 12, system + [2] * 12
+    run_request(cache, "a", a, cache_id="shared")
+    run_request(cache, "b", b, cache_id="shared")  # now the id's latest state
+    hit, _ = run_request(cache, "a2", a + [3] * 4, cache_id="shared")
+    assert hit.kind == "longest_prefix" and hit.num_tokens == 20
+
+
 def test_cache_hint_scopes_by_tenant_and_salt():
     base = Scope("m", "t")
     assert CacheHint(tenant="x").scope(base).digest() != CacheHint(tenant="y").scope(base).digest()

@@ -2,7 +2,8 @@
 
 Lookup order for a new request: its exact cache id (``prompt_cache_key``,
 ``previous_response_id``, a session header) verified token by token against the stored
-terminal state -- an id is a hint, never proof -- then the longest chained-key prefix in
+terminal state -- an id is a hint, never proof; a request that forks inside that state's
+blocks looks further, since another state may share more -- then the longest chained-key prefix in
 the index, then the SSD tier (its exact cache id, then its longest run of keys) restored
 after the device blocks, then cold.  A match never covers the final prompt token: the model
 must run at least one position to produce the next token's logits.
@@ -130,7 +131,13 @@ class PrefixCache:
         if session is None:
             return None
         shared = common_prefix(session.tokens, tokens)
-        keys = list(session.keys[:min(shared // self.block_size, usable)])
+        full = min(shared // self.block_size, usable)
+        if full < min(len(session.keys), usable):
+            # The request forks inside the id's latest state: a conversation without a key of
+            # its own (its id names a tokenizer session two may share) or an edited history.
+            # Another state may share more, so the longest-prefix path looks (and diagnoses).
+            return None
+        keys = list(session.keys[:full])
         blocks = self.index.lookup(keys)
         if not blocks:
             return None  # the longest-prefix path looks again (and diagnoses)

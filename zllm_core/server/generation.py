@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Union
 
+import numpy as np
+
 from zllm_core.cache.scope import CacheHint
 from zllm_core.engine.async_engine import EngineError
 from zllm_core.fence.factory import FenceFactory
@@ -103,7 +105,10 @@ class Generation:
         recorder = self.calls.watch()
         called = False
         last = None
-        hint = CacheHint(tenant=admitted.tenant, cache_id=admitted.request.cache_key)
+        generated: list[int] = []
+        # The conversation's one identity (the request's key, else its tokenizer session's):
+        # a hint the cache verifies token by token.
+        hint = CacheHint(tenant=admitted.tenant, cache_id=admitted.prompt.conversation)
         engine_stream = self.engine.generate(admitted.prompt.token_ids, admitted.request.sampling,
                                              request_id=request_id, cache=hint)
         self.running += 1
@@ -112,6 +117,7 @@ class Generation:
             async with contextlib.aclosing(engine_stream):
                 async for last in engine_stream:
                     clock.tick()
+                    generated += last.token_ids
                     if last.logprobs:
                         yield self._logprobs(last.logprobs)
                     for ev in parser.feed(last.text):
@@ -124,6 +130,9 @@ class Generation:
                                code=None if exc.refused else "engine_error") from None
         finally:
             self.running -= 1
+        if last.finish_reason in ("stop", "length"):  # not an abort: the client has no answer to resend
+            # Off the loop: it copies the prompt's ids and may wait for another prompt's build.
+            await asyncio.to_thread(self.prompts.record, admitted.prompt, np.asarray(generated, np.uint32))
         for ev in parser.finish():
             called |= isinstance(ev, ToolCallStart)
             recorder.see(ev)

@@ -7,11 +7,12 @@ from fastapi import APIRouter, Request
 
 from zllm_core.protocols import anthropic_messages as am
 from zllm_core.protocols.canonical import new_id
+from zllm_core.server.body import FastBodyRoute
 from zllm_core.server.generation import collect, encoded
 from zllm_core.server.runtime import runtime
 from zllm_core.server.sse import event_frame, primed, sse_response
 
-router = APIRouter()
+router = APIRouter(route_class=FastBodyRoute)
 
 
 @router.post("/v1/messages")

@@ -16,14 +16,17 @@ import numpy as np
 from zllm_core.dialects import ChatTemplate, DsmlPrompt, StreamParser, prompt_for
 from zllm_core.fence.grammar import FenceVocab
 from zllm_core.protocols.canonical import CanonicalRequest, RequestError
+from zllm_core.tokenizer.conversation import ConversationTokenizer
 from zllm_core.tokenizer.incremental import IncrementalTokenizer
 
 
 @dataclass(frozen=True)
 class Prompt:
     text: str
-    token_ids: np.ndarray  # uint32, read-only, the tokenizer session's own: later requests never change it
+    token_ids: np.ndarray  # uint32, read-only: later requests never change it
     in_reasoning: bool  # the generation prompt ends inside an open reasoning block
+    conversation: str  # one identity for the tokenizer session, exact spans and the cache's hint
+    session: int  # the tokenizer session its generation is recorded in
 
 
 class PromptBuilder:
@@ -34,13 +37,14 @@ class PromptBuilder:
                  session_budget_bytes: int = 512 << 20):
         self.template = template
         self.tokens = IncrementalTokenizer(tokenizer, budget_bytes=session_budget_bytes, allowed_special="all")
+        self.conversations = ConversationTokenizer(self.tokens)
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path, tokenizer: Any) -> "PromptBuilder":
         return cls(prompt_for(model_dir), tokenizer)
 
     def metrics(self) -> dict[str, float]:
-        return self.tokens.metrics()
+        return {**self.tokens.metrics(), **self.conversations.metrics()}
 
     def token_bytes(self, token_id: int) -> bytes:
         return self.tokens.tokenizer.token_bytes(token_id)
@@ -68,10 +72,16 @@ class PromptBuilder:
     def build(self, req: CanonicalRequest, scope: str = "") -> Prompt:
         """`scope` (the tenant) keeps tokenizer sessions apart like the prefix cache's."""
         text = self.render(req)
-        # The cache key (prompt_cache_key, a response chain) finds the session directly;
-        # without one the longest stored text prefix does. Ids equal a full encode either way.
-        ids = self.tokens.encode(text, scope, key=req.cache_key)  # a view the session never changes
-        return Prompt(text, ids, self.template.dialect.starts_in_reasoning(text))
+        # The cache key (prompt_cache_key, a response chain) finds the conversation directly;
+        # without one the longest stored text prefix does. Its recorded ids are reused where
+        # the text is resent verbatim; the rest equals a full encode.
+        ids = self.conversations.encode(text, scope, key=req.cache_key)
+        return Prompt(text, ids.ids, self.template.dialect.starts_in_reasoning(text), ids.conversation,
+                      ids.session)
+
+    def record(self, prompt: Prompt, generated: np.ndarray) -> None:
+        """The ids the model generated for `prompt`, kept for the conversation's next turn."""
+        self.conversations.record(prompt.session, prompt.text, prompt.token_ids, generated)
 
     def parser(self, req: CanonicalRequest, prompt: Prompt, scope: str) -> StreamParser:
         """An incremental parser splitting output text into text, reasoning and tool-call events."""

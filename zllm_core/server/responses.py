@@ -13,12 +13,13 @@ from fastapi import APIRouter, Request
 from zllm_core.protocols import openai_responses as orr
 from zllm_core.protocols.responses_stream import ResponsesStream
 from zllm_core.protocols.canonical import Finish, ParsedOutput, RequestError, new_id
+from zllm_core.server.body import FastBodyRoute
 from zllm_core.server.generation import encoded
 from zllm_core.server.response_store import StoredResponse
 from zllm_core.server.runtime import Runtime, runtime
 from zllm_core.server.sse import event_frame, primed, sse_response
 
-router = APIRouter()
+router = APIRouter(route_class=FastBodyRoute)
 # A WebSocket keeps its latest turns for store: false continuations; agents continue the last.
 RECENT_TURNS = 8
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zllm_core import _native
+from zllm_core.tokenizer.exact_spans import Span
 from zllm_core.tokenizer.session_store import Session, SessionStore
 from zllm_core.tokenizer.shadow import Mismatch, ShadowVerifier
 from zllm_core.tokenizer.tokenizer import SpecialSet, Tokenizer, repair_surrogates
@@ -87,6 +88,11 @@ class IncrementalTokenizer:
         longest shared prefix in `scope`); the session is then also found by `save_as`. The
         array is a read-only view of the session's tokens that later calls never change
         (csrc/token_run.h), so returning it copies nothing."""
+        return self.encode_session(text, scope, key, save_as)[0]
+
+    def encode_session(self, text: str, scope: str = "", key: str | None = None,
+                       save_as: str | None = None) -> tuple[np.ndarray, Session]:
+        """`encode`'s ids and the session the call continued (or began)."""
         with self._lock:
             self.stats.calls += 1
             session = self.store.find(scope, text, key)
@@ -98,7 +104,28 @@ class IncrementalTokenizer:
             self.store.touch(session)
             ids = session.tokens.ids
             self.shadow.sample(session.id, text, ids)
-        return ids
+        return ids, session
+
+    def encode_alone(self, text: str) -> np.ndarray:
+        """Ids of `text` tokenized on its own (no session), under this tokenizer's special policy."""
+        return self.tokenizer.encode_to_numpy(self.tokenizer.normalize(text), allowed_special=self._allowed)
+
+    def find(self, text: str, scope: str = "", key: str | None = None) -> Session | None:
+        """The session `encode` would continue, marked recently used; nothing is tokenized."""
+        with self._lock:
+            session = self.store.find(scope, text, key)
+            if session is not None:
+                self.store.remember(session, key)
+                self.store.touch(session)
+            return session
+
+    def add_span(self, session_id: int, span: Span) -> None:
+        """Records `span` with its session, if the session is still held (exact_spans.py)."""
+        with self._lock:
+            session = self.store.get(session_id)
+            if session is not None:
+                session.spans = session.spans.with_span(span)
+                self.store.touch(session)  # its bytes grew: the budget may evict
 
     def metrics(self) -> dict[str, float]:
         """Counters for the server's metrics endpoint."""
@@ -203,7 +230,7 @@ class IncrementalTokenizer:
             self.stats.accepted_at[attempt] += 1
         if forked:  # the repair left the session's tokens as they were
             fork = Session(session.scope, _native.SessionText(text), fork_tokens)
-            self.store.add(fork, None, text)
+            self.store.add(fork, None, text, forked_at=diverged)
             return fork
         self.store.reindex(session, text, diverged)  # the repair spliced its tokens and text
         return session

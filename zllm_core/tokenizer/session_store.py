@@ -19,6 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from zllm_core import _native
+from zllm_core.tokenizer.exact_spans import ExactSpans
 
 CHECKPOINT_STRIDE = 4096  # code points a block
 # The end of a conversation changes every call (a template re-renders the last turn, new text
@@ -40,12 +41,14 @@ class Session:
     checkpoints: list[int] = field(default_factory=list)  # hash of each full block of
     # CHECKPOINT_STRIDE code points, set by the store
     keys: set[str] = field(default_factory=set)
+    # The conversation's exact ids (exact_spans.py): they live and are evicted with its text.
+    spans: ExactSpans = field(default_factory=ExactSpans)
     id: int = field(default_factory=lambda: next(_session_ids))
 
     @property
     def nbytes(self) -> int:
         # a checkpoint: its list slot and its int (8 + 28 bytes in CPython)
-        return self.text.nbytes + self.tokens.nbytes + 36 * len(self.checkpoints) + 256
+        return self.text.nbytes + self.tokens.nbytes + 36 * len(self.checkpoints) + self.spans.nbytes + 256
 
 
 @dataclass
@@ -89,10 +92,13 @@ class SessionStore:
         return True
 
     # ---- updates
-    def add(self, session: Session, key: str | None, text: str) -> None:
-        """Adds `session`, whose text is `text`."""
+    def add(self, session: Session, key: str | None, text: str, forked_at: int = 0) -> None:
+        """Adds `session`, whose text is `text`; a fork's first `forked_at` code points are its
+        parent's. Those blocks are indexed for the fork even within the lag: they have stopped
+        changing, and left to the parent they would lead the fork's next call (a conversation
+        after a compaction, say) back to the parent, to fork it again."""
         self._lru[session.id] = session
-        end = self._indexed_blocks(text)
+        end = max(self._indexed_blocks(text), forked_at // self.stride)
         session.checkpoints = _native.checkpoint_hashes(text, self.stride, 0, end).tolist()
         self._index_checkpoints(session, 0)
         self.remember(session, key)

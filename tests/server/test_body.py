@@ -1,0 +1,24 @@
+"""Request bodies parse with orjson and mean exactly what the standard parser made of them."""
+import json
+
+import pytest
+
+from zllm_core.server.body import loads
+
+# What orjson refuses and the standard parser takes, then what both take.
+BODIES = [b'{"content": "\\ud83d"}', b'{"temperature": NaN}', '{"content": "h\u00e9"}'.encode("utf-16"),
+          b'{"messages": [{"role": "user", "content": "hi \\u00e9"}], "max_tokens": 8}']
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_a_body_means_what_the_standard_parser_made_of_it(body):
+    assert repr(loads(body)) == repr(json.loads(body))
+
+
+@pytest.mark.parametrize("body", [b'{"messages": [', b"", b"\xff\xfe{", b'{"a": 1,}'])
+def test_a_malformed_body_raises_the_standard_parsers_error(body):
+    with pytest.raises(Exception) as ours:
+        loads(body)
+    with pytest.raises(Exception) as theirs:
+        json.loads(body)
+    assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)

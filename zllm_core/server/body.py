@@ -1,0 +1,40 @@
+"""Request bodies parsed with orjson: an agent resends its whole context (megabytes of JSON)
+on every call, and the standard library's parser is several times slower on it.
+
+Routes built with `FastBodyRoute` parse with orjson; a body orjson refuses goes to the
+standard parser, which either takes it (what JSON allows beyond orjson: a lone surrogate
+escape, NaN, a 100-digit integer, UTF-16) or raises the same error FastAPI always turned into
+the protocol's 400. So a client sees what it saw before, only sooner; the one difference is
+an integer past 64 bits, which orjson reads as a float (no field here takes such a value).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Coroutine
+
+import orjson
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+
+
+def loads(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return json.loads(body)
+
+
+class FastBodyRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = loads(await self.body())
+        return self._json
+
+
+class FastBodyRoute(APIRoute):
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            return await handler(FastBodyRequest(request.scope, request.receive))
+        return route

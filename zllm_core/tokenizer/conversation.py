@@ -1,0 +1,118 @@
+"""A conversation's prompt ids: the exact ids of what its model already saw and generated,
+then the new text tokenized.
+
+A request finds its conversation (the tokenizer session, by key or by shared text prefix).
+When its rendered text begins with one of the conversation's recorded spans (exact_spans.py)
+the prompt is that span's ids followed by the rest of the text tokenized on its own: O(new
+text), and equal to the previous prompt + the generated tokens whenever the client resent
+the previous answer verbatim. Otherwise the incremental tokenizer gives the canonical ids
+of the whole text. Every prompt is recorded as a span too, so a generation the client did not
+resend verbatim (its reasoning dropped, a tool call re-serialised) still leaves the prompt
+before it exact; that fallback is logged as a near-miss.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+
+from zllm_core.tokenizer.exact_spans import ExactSpans, Span
+from zllm_core.tokenizer.incremental import IncrementalTokenizer
+
+log = logging.getLogger("zllm.tokenizer")
+
+# A recorded span counts as missed when the request shares this much of it but not all: less is
+# another conversation on the same instructions (as the prefix cache's near-miss log judges).
+NEAR_MISS_FRACTION = 0.9
+# Session serials restart with the process; this keeps the ids of keyless conversations from
+# naming an earlier process's conversation (the SSD tier outlives a restart).
+_PROCESS = uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True)
+class ConversationIds:
+    ids: np.ndarray  # uint32, read-only: the prompt as the model sees it
+    conversation: str  # the request's key, else its tokenizer session's: keys the spans, the
+    # tokenizer session and the prefix cache's terminal session alike
+    session: int  # the tokenizer session holding this conversation's spans
+    exact_chars: int  # leading characters whose ids a recorded span gave; 0: all tokenized now
+
+
+@dataclass
+class ExactStats:
+    hits: int = 0  # prompts that began with a recorded span
+    tokens: int = 0  # tokens those spans gave
+    near_misses: int = 0  # a longer recorded span differed from the rendered text
+
+
+class ConversationTokenizer:
+    def __init__(self, tokens: IncrementalTokenizer):
+        self.tokens = tokens
+        self.stats = ExactStats()
+
+    def encode(self, text: str, scope: str = "", key: str | None = None) -> ConversationIds:
+        session = self.tokens.find(text, scope, key)
+        spans = session.spans if session is not None else ExactSpans()
+        span = spans.longest_prefix_of(text)
+        self._check_near_miss(spans, span, text)
+        if span is None:
+            ids, session = self.tokens.encode_session(text, scope, key)
+        else:
+            ids = self._extend(span, text)
+            self.stats.hits += 1
+            self.stats.tokens += len(span.ids)
+        self.tokens.add_span(session.id, Span(text, ids))
+        return ConversationIds(ids, key or f"{_PROCESS}-{session.id}", session.id,
+                               len(span.text) if span is not None else 0)
+
+    def record(self, session: int, prompt_text: str, prompt_ids: np.ndarray, generated: np.ndarray) -> None:
+        """The model answered a prompt of `session` with `generated`: the span of both, under
+        the text those ids decode to, which a resent history must contain verbatim to use them."""
+        text = prompt_text + self.tokens.tokenizer.decode(generated.tolist())
+        ids = np.concatenate((prompt_ids, generated.astype(prompt_ids.dtype, copy=False)))
+        self.tokens.add_span(session, Span(text, _frozen(ids)))
+
+    def metrics(self) -> dict[str, int]:
+        s = self.stats
+        return {"exact_hits": s.hits, "exact_tokens": s.tokens, "exact_near_misses": s.near_misses}
+
+    def _extend(self, span: Span, text: str) -> np.ndarray:
+        rest = text[len(span.text):]
+        if not rest:
+            return span.ids
+        tail = self.tokens.encode_alone(rest)
+        return _frozen(np.concatenate((span.ids, tail.astype(span.ids.dtype, copy=False))))
+
+    def _check_near_miss(self, spans: ExactSpans, used: Span | None, text: str) -> None:
+        """Logs a recorded span longer than the one used that the text forks from: the client
+        resent an earlier answer differently (and its ids are tokenized anew)."""
+        longest = max(spans.spans, key=lambda s: len(s.text), default=None)
+        if longest is None or longest is used:
+            return
+        at = _common_prefix(longest.text, text)
+        if at == len(text) or at < (len(used.text) if used is not None else 0) \
+                or at < NEAR_MISS_FRACTION * len(longest.text):
+            return  # a retry of an earlier prompt, another branch or another conversation
+        self.stats.near_misses += 1
+        log.warning("exact-history near-miss at character %d of a %d-character recorded turn "
+                    "(the tail is tokenized anew): request has %r, recorded has %r",
+                    at, len(longest.text), text[max(0, at - 16):at + 16], longest.text[max(0, at - 16):at + 16])
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """Characters a and b share at their start (bisection over memcmp; the near-miss path only)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if b.startswith(a[lo:mid], lo):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _frozen(ids: np.ndarray) -> np.ndarray:
+    ids.flags.writeable = False
+    return ids
