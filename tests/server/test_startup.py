@@ -62,3 +62,9 @@ def test_setup_announces_each_step_and_shows_the_build():
     assert len(steps) == 3
     install = next(line for line in r.stdout.splitlines() if "pip install -v -e" in line)
     assert " -q" not in install  # pip's own progress stays visible
+
+
+def test_an_unknown_tool_dialect_is_one_clear_line():
+    r = zllm("serve", "--tool-dialect", "xml")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "unknown tool dialect 'xml'" in r.stderr and "dsml" in r.stderr

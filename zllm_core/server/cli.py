@@ -34,6 +34,15 @@ def byte_size(text: str) -> int:
     return value
 
 
+def tool_dialect(text: str) -> str:
+    from zllm_core.dialects.selection import dialect_named
+
+    try:
+        return dialect_named(text).name
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="serve OpenAI Chat/Responses and Anthropic Messages APIs")
     p.add_argument("--model", default=DEFAULT_MODEL,
@@ -44,6 +53,8 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     p.add_argument("--api-key", action="append", default=[], metavar="KEY[:TENANT]",
                    help="accept this key (repeatable); each key maps to a tenant")
+    p.add_argument("--tool-dialect", type=tool_dialect, default=None,
+                   help="hermes, glm45, glm47 or dsml; default: the model's chat template (or config) tells")
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--allow-long-context", action="store_true",
                    help="accept a --max-model-len beyond the model's trained context")
@@ -114,7 +125,8 @@ def run_serve(args: argparse.Namespace) -> int:
         max_output_tokens=args.max_output_tokens, max_model_len=args.max_model_len,
         api_keys=parse_api_keys(args.api_key), max_body_bytes=args.max_body_bytes,
         store_path=args.response_store, loop_guard=args.loop_guard)
-    app = create_app(engine, PromptBuilder.from_model_dir(model_dir, engine.tokenizer), config)
+    prompts = PromptBuilder.from_model_dir(model_dir, engine.tokenizer, args.tool_dialect)
+    app = create_app(engine, prompts, config)
     host, port = sock.getsockname()[:2]
     # Tests and scripts read this line to find a --port 0 server.
     print(f"zllm serving '{config.model_name}' on http://{host}:{port} "

@@ -40,8 +40,9 @@ class PromptBuilder:
         self.conversations = ConversationTokenizer(self.tokens)
 
     @classmethod
-    def from_model_dir(cls, model_dir: str | Path, tokenizer: Any) -> "PromptBuilder":
-        return cls(prompt_for(model_dir), tokenizer)
+    def from_model_dir(cls, model_dir: str | Path, tokenizer: Any, dialect: str | None = None) -> "PromptBuilder":
+        """`dialect` overrides the one the model's template (or config) names."""
+        return cls(prompt_for(model_dir, dialect), tokenizer)
 
     def metrics(self) -> dict[str, float]:
         return {**self.tokens.metrics(), **self.conversations.metrics()}
