@@ -7,8 +7,10 @@ fence allowed. Parameters come in declaration order, each at most once, required
 A value is spelled the way its parser reads it: raw text for a string (GLM: a parameter the schema
 types "string"; DSML: `string="true"`), JSON otherwise; neither may contain the value's closing
 tag in any spelling the parser takes (`value_end`). Not generated: a string holding its own
-closing tag (the dialects print such a value as escaped JSON), and strings inside `anyOf` or a
-type list spelled raw (they come as JSON, which the parsers read exactly but render raw).
+closing tag (the dialects print such a value as escaped JSON), and in GLM, strings inside
+`anyOf` or a type list spelled raw (they come as JSON, which GLM's parser reads exactly but
+renders raw; raw, a string such as `12` would read back as a number). DSML's `string="true"`
+takes them raw.
 """
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ from zllm_core.dialects.scanner import Markers
 from zllm_core.dialects.stream import THINK_CLOSE, THINK_OPEN
 from zllm_core.fence.automaton import EMPTY, Avoid, Expr, Lit, Repeat, alt, seq
 from zllm_core.fence.grammar import FenceError, FenceVocab
-from zllm_core.fence.json_schema import (ANNOTATIONS, UnsupportedSchema, literal_values, ordered_members,
-                                         raw_string_expr, value_expr)
+from zllm_core.fence.json_schema import (ANNOTATIONS, RAW_STRING, UnsupportedSchema, literal_values,
+                                         ordered_members, raw_string_expr, value_expr)
 
 GLM_TAGS = (CALL_OPEN, CALL_CLOSE, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE, THINK_OPEN, THINK_CLOSE)
 DSML_TAGS = (CALLS_OPEN, CALLS_CLOSE, INVOKE_OPEN, INVOKE_CLOSE, PARAM_OPEN, PARAM_CLOSE, THINK_OPEN, THINK_CLOSE)
@@ -53,7 +55,9 @@ def dsml_calls(dialect: DsmlDialect, vocab: FenceVocab, tools: Sequence[Function
     stops = stop_bytes(dialect.parser_class.value_end)
 
     def param(tool: FunctionTool, key: str, schema: Any) -> Expr:
-        raw, json_ = _spellings(tool, key, schema, raw_ok=lambda _: True)  # `string="true"` says so
+        # `string="true"` says the text is a string, so a string alternative is printed raw,
+        # as the dialect renders any string value.
+        raw, json_ = _spellings(tool, key, schema, raw_ok=lambda _: True, split_strings=True)
         return alt(*(seq(vocab.tag(PARAM_OPEN), Lit(f' name="{key}" string="{kind}"{TAG_END}'.encode()),
                          Avoid(value, stops), vocab.tag(PARAM_CLOSE))
                      for kind, value in (("true", raw), ("false", json_)) if value is not None))
@@ -84,10 +88,11 @@ def _params(tool: FunctionTool, member: Member, sep: bytes) -> Expr:
     return ordered_members([(member(tool, k, s), k in required) for k, s in props.items()], sep)
 
 
-def _spellings(tool: FunctionTool, key: str, schema: Any,
-               raw_ok: Callable[[str], bool]) -> tuple[Expr | None, Expr | None]:
+def _spellings(tool: FunctionTool, key: str, schema: Any, raw_ok: Callable[[str], bool],
+               split_strings: bool = False) -> tuple[Expr | None, Expr | None]:
     """(the raw text of the values that are strings, the JSON text of the others); `raw_ok`
-    says which string literals the parser reads back as text."""
+    says which string literals the parser reads back as text; `split_strings`, that a string
+    alternative of a type list or `anyOf` is read back as text too."""
     if tool.parameter_type(key) == "string":
         return raw_string_expr(schema), None
     if isinstance(schema, dict) and ("enum" in schema or "const" in schema):
@@ -95,7 +100,29 @@ def _spellings(tool: FunctionTool, key: str, schema: Any,
         for v in literal_values(schema):
             (raw if isinstance(v, str) and raw_ok(v) else rest).append(v)
         return (alt(*(Lit(v.encode()) for v in raw)) if raw else None, value_expr({"enum": rest}) if rest else None)
-    return None, value_expr(schema, tool.parameters)
+    strings, others = _string_alternatives(schema) if split_strings else ([], schema)
+    return (alt(*map(raw_string_expr, strings)) if strings else None,
+            value_expr(others, tool.parameters) if others is not None else None)
+
+
+def _string_alternatives(schema: Any) -> tuple[list[dict], Any]:
+    """(the plain string alternatives of a type list or an `anyOf`/`oneOf`, the schema of the
+    other alternatives or None); ([], schema) for any other shape."""
+    if not isinstance(schema, dict):
+        return [], schema
+    extra = set(schema) - ANNOTATIONS
+    types = schema.get("type")
+    if extra == {"type"} and isinstance(types, list) and "string" in types:
+        rest = [t for t in types if t != "string"]
+        return [{"type": "string"}], {"type": rest} if rest else None
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        if extra == {key} and isinstance(options, list):
+            plain = [o for o in options if isinstance(o, dict) and o.get("type") == "string"
+                     and set(o) <= RAW_STRING | ANNOTATIONS]
+            rest = [o for o in options if not any(o is p for p in plain)]
+            return plain, {key: rest} if rest else None
+    return [], schema
 
 
 def _reads_raw(text: str) -> bool:
