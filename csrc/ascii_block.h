@@ -37,13 +37,14 @@ struct AsciiBlock {
   unsigned valid;    // the window's leading bytes of characters the rules cover
 };
 
-// The window at s[pos, pos + 64), which must be readable; pos is a piece start (so no rule
-// needs the byte before it). Not eligible (decided 0) when fewer than 8 leading bytes are
-// valid.
-AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos);
+// The window at s[pos, pos + 64) of a text of n >= pos + 64 bytes; pos is a piece start (so
+// no rule needs the byte before it). Not eligible (decided 0) when fewer than 8 leading bytes
+// are valid.
+AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos, size_t n);
 
-// The class masks run on AVX2 where the CPU has it, else on SSE2: whether the two agree on
-// every 64-byte window of s[0, n) (true without AVX2), so tests cover the path not taken.
+// The class masks and the classes of multi-byte characters (wide_classes.h) run on AVX2 where
+// the CPU has it, else on SSE2 and scalar code: whether the two agree on every 64-byte window
+// of s[0, n) (true without AVX2), so tests cover the path not taken.
 bool simd_masks_agree(const uint8_t* s, size_t n);
 
 }  // namespace zllm
