@@ -31,6 +31,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ascii_classes.h"
@@ -49,8 +50,8 @@ struct Masks64 {
 
 // SSE2, part of every x86-64 target: four 16-byte steps.
 struct Sse2Masks {
-  static WideCharacters wide(const uint8_t* p, uint64_t first_bytes, size_t readable) {
-    return wide_characters(p, first_bytes, readable);
+  static WideCharacters wide(const uint8_t* p, uint64_t first_bytes, size_t readable, bool cased) {
+    return wide_characters(p, first_bytes, readable, cased);
   }
   static Masks64 of(const uint8_t* p) {
     Masks64 m;
@@ -77,8 +78,9 @@ struct Sse2Masks {
 // AVX2, where the CPU has it: two 32-byte steps, half the SSE2 instructions (the masks were
 // most of a window's work), without the 512-bit registers that lower some CPUs' clock.
 struct Avx2Masks {
-  [[gnu::target("avx2")]] static WideCharacters wide(const uint8_t* p, uint64_t first_bytes, size_t readable) {
-    return wide_characters_avx2(p, first_bytes, readable);
+  [[gnu::target("avx2")]] static WideCharacters wide(const uint8_t* p, uint64_t first_bytes, size_t readable,
+                                                     bool cased) {
+    return wide_characters_avx2(p, first_bytes, readable, cased);
   }
   [[gnu::target("avx2")]] static Masks64 of(const uint8_t* p) {
     Masks64 m;
@@ -160,6 +162,15 @@ inline uint64_t over_characters(uint64_t x, uint64_t continuation) {
   return x | ((x << 1) & continuation);
 }
 
+// o200k: a caseless letter (Lo) is in both of its pattern's letter sets, and reads as lower
+// case (upper case starts a piece after it) only where no upper-case letter touches it: the
+// start of the first letter run where one does, else 64.
+inline unsigned caseless_runs_end(uint64_t caseless, uint64_t upper, uint64_t letter) {
+  const uint64_t touching = caseless & ((upper << 1) | (upper >> 1));
+  const uint64_t runs = any_after_in_run(touching, letter);
+  return runs ? unsigned(__builtin_ctzll(runs)) : 64;
+}
+
 }  // namespace
 
 AsciiBlockRules AsciiBlockRules::of(const Grammar& g) {
@@ -184,19 +195,19 @@ namespace {
 template <class Masks>
 [[gnu::always_inline]] inline AsciiBlock block_of(const AsciiBlockRules& rules, const uint8_t* s, size_t pos,
                                                   size_t n) {
-  const bool wide = rules.kind != AsciiBlockRules::kCased;
-  if (!wide) {  // most windows of non-Latin text fail here, before the full class masks are computed
-    const uint32_t head = uint32_t(_mm_movemask_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + pos))));
-    if (head & 0xFF) return AsciiBlock{1, 0, unsigned(__builtin_ctz(head))};
-  }
+  const bool cased = rules.kind == AsciiBlockRules::kCased;
   const Masks64 m = Masks::of(s + pos);
-  unsigned covered = m.high ? unsigned(__builtin_ctzll(m.high)) : 64;  // leading bytes the rules cover
-  uint64_t letter = m.letter, other = m.other();
-  if (wide && m.high) {
-    const WideCharacters w = Masks::wide(s + pos, m.high & ~m.continuation, n - pos);
+  unsigned covered = 64;  // leading bytes the rules cover
+  uint64_t letter = m.letter, other = m.other(), upper = m.upper;
+  if (m.high) {
+    const WideCharacters w = Masks::wide(s + pos, m.high & ~m.continuation, n - pos, cased);
     covered = w.valid;
     letter |= over_characters(w.letter, m.continuation);
     other |= over_characters(w.other, m.continuation);
+    if (cased) {
+      upper |= over_characters(w.upper, m.continuation);
+      covered = std::min(covered, caseless_runs_end(over_characters(w.caseless, m.continuation), upper, letter));
+    }
   }
   if (covered < 8) return AsciiBlock{1, 0, covered};
   // Rules at k read bytes up to k + 2 (contractions), so they are exact up to covered - 3.
@@ -219,7 +230,7 @@ template <class Masks>
     // both are ASCII): carried from the previous character's first byte through its bytes.
     const uint64_t before_previous = over_characters(((own_punct | m.space) << 1) & ~m.continuation, m.continuation) << 1;
     starts |= letter & ((m.newline << 1) | (digit << 1) | (absorbed << 1) | (after_punct & before_previous));
-    if (rules.kind == AsciiBlockRules::kCased) starts |= m.upper & ((letter & ~m.upper) << 1);
+    if (cased) starts |= upper & ((letter & ~upper) << 1);
     starts |= digit_starts(digit, rules.digit_group);
     starts |= own_punct & ~after_punct & ~after_space;
     starts |= space & (~(white << 1) | ((newline << 1) & ~newline_later) | ~(white >> 1));
@@ -274,8 +285,13 @@ bool simd_masks_agree(const uint8_t* s, size_t n) {
     const Masks64 a = Sse2Masks::of(s + pos), b = Avx2Masks::of(s + pos);
     if (std::memcmp(&a, &b, sizeof(a)) != 0) return false;
     const uint64_t first = a.high & ~a.continuation;
-    const WideCharacters x = Sse2Masks::wide(s + pos, first, n - pos), y = Avx2Masks::wide(s + pos, first, n - pos);
-    if (x.letter != y.letter || x.other != y.other || x.valid != y.valid) return false;
+    for (bool cased : {false, true}) {
+      const WideCharacters x = Sse2Masks::wide(s + pos, first, n - pos, cased);
+      const WideCharacters y = Avx2Masks::wide(s + pos, first, n - pos, cased);
+      if (x.letter != y.letter || x.other != y.other || x.upper != y.upper || x.caseless != y.caseless ||
+          x.valid != y.valid)
+        return false;
+    }
   }
   return true;
 }

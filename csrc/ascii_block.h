@@ -7,12 +7,14 @@
 //
 // Covered: the space-prefixed rules (r50k), the any-prefixed ones with `[\r\n]*` after
 // punctuation and the newline rule (cl100k, Llama 3, Qwen2) and o200k's case-aware letters
-// with suffixed contractions. For the prefix families a window may also hold non-ASCII
-// letters, marks, punctuation and symbols (prose): each such character's class comes from the
-// class table and covers all its bytes, and rules about "the character before the previous
-// one" follow character boundaries. Non-ASCII whitespace and digits end a window (the scanner
-// takes them), as does any non-ASCII byte for o200k, whose letters split by case. The digit
-// splitter stays on the scanner.
+// with suffixed contractions. A window may also hold non-ASCII letters, punctuation and
+// symbols (prose in any script; for the prefix families marks too): each such character's
+// class comes from the class table (wide_classes.h) and covers all its bytes, and rules about
+// "the character before the previous one" follow character boundaries. For o200k a caseless
+// letter (CJK, Arabic, Thai...) reads as lower case, so a letter run where one touches an
+// upper-case letter ends the window. Non-ASCII whitespace and digits end a window (the
+// scanner takes them), as do marks and modifier letters for o200k. The digit splitter stays
+// on the scanner.
 #pragma once
 
 #include <cstddef>

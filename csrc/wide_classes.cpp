@@ -11,35 +11,45 @@
 namespace zllm {
 namespace {
 
-// Per row of the class table, which of its 64 code points the window rules read as letters
-// and which as other (the rest they leave to the scanner).
+// Per row of the class table, which of its 64 code points the window rules read as letters,
+// upper-case and caseless letters (cased rules only) and other (the rest they leave to the
+// scanner).
 struct RowKinds {
-  std::vector<uint64_t> letter, other;
-  bool letter_lead[16] = {};  // per three-byte lead 0xE0 + i: every code point it starts is a letter
+  std::vector<uint64_t> letter, other, upper, caseless;
+  bool letter_lead[16] = {};  // per three-byte lead 0xE0 + i: every code point it starts is one kind
 };
 
-const RowKinds& row_kinds() {
-  static const RowKinds kinds = [] {
-    const ClassTable& t = class_table();
-    RowKinds k;
-    for (size_t r = 0; r < t.num_rows; ++r) {
-      uint64_t letter = 0, other = 0;
-      for (int c = 0; c < 64; ++c) {
-        const uint8_t cls = t.rows[r * 64 + c];
-        letter |= uint64_t(cls >= kLu && cls <= kLo) << c;
-        other |= uint64_t(cls == kOther || cls == kMark) << c;
-      }
-      k.letter.push_back(letter);
-      k.other.push_back(other);
+RowKinds build_row_kinds(bool cased) {
+  const ClassTable& t = class_table();
+  RowKinds k;
+  for (size_t r = 0; r < t.num_rows; ++r) {
+    uint64_t letter = 0, other = 0, upper = 0, caseless = 0;
+    for (int c = 0; c < 64; ++c) {
+      const uint8_t cls = t.rows[r * 64 + c];
+      const bool is_letter = cased ? cls == kLu || cls == kLt || cls == kLl || cls == kLo : cls >= kLu && cls <= kLo;
+      letter |= uint64_t(is_letter) << c;
+      other |= uint64_t(cls == kOther || (!cased && cls == kMark)) << c;
+      upper |= uint64_t(cased && (cls == kLu || cls == kLt)) << c;
+      caseless |= uint64_t(cased && cls == kLo) << c;
     }
-    for (int lead = 0; lead < 16; ++lead) {
-      k.letter_lead[lead] = true;
-      for (uint32_t b = uint32_t(lead) << 6; b < uint32_t(lead + 1) << 6; ++b)
-        k.letter_lead[lead] &= k.letter[t.row_of_block[b]] == ~uint64_t(0);
+    k.letter.push_back(letter);
+    k.other.push_back(other);
+    k.upper.push_back(upper);
+    k.caseless.push_back(caseless);
+  }
+  for (int lead = 0; lead < 16; ++lead) {
+    k.letter_lead[lead] = true;
+    for (uint32_t b = uint32_t(lead) << 6; b < uint32_t(lead + 1) << 6; ++b) {
+      const uint16_t row = t.row_of_block[b];
+      k.letter_lead[lead] &= k.letter[row] == ~uint64_t(0) && k.caseless[row] == (cased ? ~uint64_t(0) : 0);
     }
-    return k;
-  }();
-  return kinds;
+  }
+  return k;
+}
+
+const RowKinds& row_kinds(bool cased) {
+  static const RowKinds prefix = build_row_kinds(false), with_case = build_row_kinds(true);
+  return cased ? with_case : prefix;
 }
 
 // The code point of the multi-byte character whose four bytes (zero-padded) are v.
@@ -52,9 +62,8 @@ inline uint32_t decode(uint32_t v, uint32_t len) {
 inline uint32_t length_of(uint8_t lead) { return 2 + (lead >= 0xE0) + (lead >= 0xF0); }
 
 // Each character of `first_bytes` one at a time into w; the cut and unsupported ones into *stop.
-void classify_each(const uint8_t* p, uint64_t first_bytes, WideCharacters& w, uint64_t* stop) {
+void classify_each(const uint8_t* p, uint64_t first_bytes, const RowKinds& kinds, WideCharacters& w, uint64_t* stop) {
   const ClassTable table = class_table();
-  const RowKinds& kinds = row_kinds();
   for (; first_bytes; first_bytes &= first_bytes - 1) {
     const unsigned k = unsigned(__builtin_ctzll(first_bytes));
     uint32_t v;
@@ -65,6 +74,8 @@ void classify_each(const uint8_t* p, uint64_t first_bytes, WideCharacters& w, ui
     const uint64_t letter = (kinds.letter[row] >> col) & 1, other = (kinds.other[row] >> col) & 1;
     w.letter |= letter << k;
     w.other |= other << k;
+    w.upper |= ((kinds.upper[row] >> col) & 1) << k;
+    w.caseless |= ((kinds.caseless[row] >> col) & 1) << k;
     *stop |= uint64_t(!(letter | other) || k + len > 64) << k;
   }
 }
@@ -78,11 +89,11 @@ const uint8_t* readable_window(const uint8_t* p, size_t readable, uint8_t (&padd
 
 }  // namespace
 
-WideCharacters wide_characters(const uint8_t* p, uint64_t first_bytes, size_t readable) {
+WideCharacters wide_characters(const uint8_t* p, uint64_t first_bytes, size_t readable, bool cased) {
   uint8_t padded[64 + 4];
   WideCharacters w;
   uint64_t stop = 0;
-  classify_each(readable_window(p, readable, padded), first_bytes, w, &stop);
+  classify_each(readable_window(p, readable, padded), first_bytes, row_kinds(cased), w, &stop);
   if (stop) w.valid = unsigned(__builtin_ctzll(stop));
   return w;
 }
@@ -113,16 +124,20 @@ struct Bytes64 {
   return uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(byte, bit), bit)));
 }
 
+// The characters at `at` whose code point is set in `bitmap`, the column from `col`; rows
+// that are all one kind (most) need no lookup.
+[[gnu::target("avx2")]] inline uint64_t select(const Bytes64& col, uint64_t bitmap, uint64_t at) {
+  if (bitmap == 0 || bitmap == ~uint64_t(0)) return bitmap & at;
+  return (bitmap_bits(col.lo, bitmap) | uint64_t(bitmap_bits(col.hi, bitmap)) << 32) & at;
+}
+
 [[gnu::target("avx2")]] inline void classify_row(const Bytes64& col, uint64_t at, uint16_t row, const RowKinds& kinds,
                                                  WideCharacters& w, uint64_t* stop) {
-  const uint64_t l = kinds.letter[row], o = kinds.other[row];
-  uint64_t letter = l == ~uint64_t(0) ? at : 0, other = o == ~uint64_t(0) ? at : 0;
-  if (!letter && !other) {
-    letter = (bitmap_bits(col.lo, l) | uint64_t(bitmap_bits(col.hi, l)) << 32) & at;
-    other = (bitmap_bits(col.lo, o) | uint64_t(bitmap_bits(col.hi, o)) << 32) & at;
-  }
+  const uint64_t letter = select(col, kinds.letter[row], at), other = select(col, kinds.other[row], at);
   w.letter |= letter;
   w.other |= other;
+  w.upper |= select(col, kinds.upper[row], at);
+  w.caseless |= select(col, kinds.caseless[row], at);
   *stop |= at & ~(letter | other);
 }
 
@@ -136,11 +151,12 @@ constexpr int kMaxRows = 8;  // rows classified whole per window; past them, one
 
 }  // namespace
 
-[[gnu::target("avx2")]] WideCharacters wide_characters_avx2(const uint8_t* p, uint64_t first_bytes, size_t readable) {
+[[gnu::target("avx2")]] WideCharacters wide_characters_avx2(const uint8_t* p, uint64_t first_bytes, size_t readable,
+                                                            bool cased) {
   uint8_t padded[64 + 4];
   p = readable_window(p, readable, padded);
   const ClassTable table = class_table();
-  const RowKinds& kinds = row_kinds();
+  const RowKinds& kinds = row_kinds(cased);
   const Bytes64 b0 = load64(p), b1 = load64(p + 1), b2 = load64(p + 2);  // lane k: p[k], p[k + 1], p[k + 2]
   WideCharacters w;
   const uint64_t four_byte = first_bytes & at_least_mask(b0, 0xF0);
@@ -152,8 +168,9 @@ constexpr int kMaxRows = 8;  // rows classified whole per window; past them, one
     if (lead < 0xE0) {  // the lead byte names the block, the second byte the code point in it
       classify_row(b1, same_lead, table.row_of_block[lead & 0x1F], kinds, w, &stop);
       left &= ~same_lead;
-    } else if (kinds.letter_lead[lead & 0x0F]) {  // all 4,096 code points letters (CJK, Hangul)
+    } else if (kinds.letter_lead[lead & 0x0F]) {  // all 4,096 code points caseless letters (CJK, Hangul)
       w.letter |= same_lead;
+      if (cased) w.caseless |= same_lead;
       left &= ~same_lead;
     } else {  // the lead and second byte name the block, the third the code point
       const uint64_t same_row = same_lead & equal_mask(b1, p[k + 1]);
@@ -161,7 +178,7 @@ constexpr int kMaxRows = 8;  // rows classified whole per window; past them, one
       left &= ~same_row;
     }
   }
-  classify_each(p, left | four_byte, w, &stop);
+  classify_each(p, left | four_byte, kinds, w, &stop);
   // Characters the window cuts (those one at a time were checked already).
   for (uint64_t end = first_bytes & ~four_byte & (uint64_t(3) << 62); end; end &= end - 1) {
     const unsigned k = unsigned(__builtin_ctzll(end));

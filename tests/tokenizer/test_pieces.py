@@ -73,6 +73,17 @@ def test_rules_reproduce_regex_pieces_on_long_mixed_text(pattern, rules, referen
     assert splitter(rules).pieces(text) == regex_pieces(reference, text)
 
 
+@pytest.mark.parametrize(("pattern", "rules", "reference"), CASES, ids=IDS)
+def test_rules_reproduce_regex_pieces_where_caseless_letters_meet_cased_ones(pattern, rules, reference):
+    """Letters of every case and caseless ones (CJK, Hangul, Arabic) run into each other inside
+    64-byte windows: o200k's pattern counts caseless letters as both cases, so where one
+    touches an upper-case letter the block rules must leave the run to the scanner."""
+    rng = random.Random(2)
+    fragments = LETTERS * 4 + ("A", "b", "Ab", "aB", "AB", "Ǆ", "ǅ", "ǆ", " ", " ", "'s", "'S", "«", "-", "\n")
+    text = "".join(rng.choice(fragments) for _ in range(40_000))
+    assert splitter(rules).pieces(text) == regex_pieces(reference, text)
+
+
 def test_every_supported_family_is_exact():
     assert all(r.exact for r in ONIG_PATTERNS.values())
 
