@@ -62,6 +62,8 @@ inline uint32_t decode(uint32_t v, uint32_t len) {
 inline uint32_t length_of(uint8_t lead) { return 2 + (lead >= 0xE0) + (lead >= 0xF0); }
 
 // Each character of `first_bytes` one at a time into w; the cut and unsupported ones into *stop.
+// Templated on the rules so that the prefix families pay nothing for the cased ones' bitmaps.
+template <bool kCased>
 void classify_each(const uint8_t* p, uint64_t first_bytes, const RowKinds& kinds, WideCharacters& w, uint64_t* stop) {
   const ClassTable table = class_table();
   for (; first_bytes; first_bytes &= first_bytes - 1) {
@@ -74,8 +76,10 @@ void classify_each(const uint8_t* p, uint64_t first_bytes, const RowKinds& kinds
     const uint64_t letter = (kinds.letter[row] >> col) & 1, other = (kinds.other[row] >> col) & 1;
     w.letter |= letter << k;
     w.other |= other << k;
-    w.upper |= ((kinds.upper[row] >> col) & 1) << k;
-    w.caseless |= ((kinds.caseless[row] >> col) & 1) << k;
+    if constexpr (kCased) {
+      w.upper |= ((kinds.upper[row] >> col) & 1) << k;
+      w.caseless |= ((kinds.caseless[row] >> col) & 1) << k;
+    }
     *stop |= uint64_t(!(letter | other) || k + len > 64) << k;
   }
 }
@@ -93,7 +97,12 @@ WideCharacters wide_characters(const uint8_t* p, uint64_t first_bytes, size_t re
   uint8_t padded[64 + 4];
   WideCharacters w;
   uint64_t stop = 0;
-  classify_each(readable_window(p, readable, padded), first_bytes, row_kinds(cased), w, &stop);
+  p = readable_window(p, readable, padded);
+  if (cased) {
+    classify_each<true>(p, first_bytes, row_kinds(true), w, &stop);
+  } else {
+    classify_each<false>(p, first_bytes, row_kinds(false), w, &stop);
+  }
   if (stop) w.valid = unsigned(__builtin_ctzll(stop));
   return w;
 }
@@ -131,13 +140,16 @@ struct Bytes64 {
   return (bitmap_bits(col.lo, bitmap) | uint64_t(bitmap_bits(col.hi, bitmap)) << 32) & at;
 }
 
+template <bool kCased>
 [[gnu::target("avx2")]] inline void classify_row(const Bytes64& col, uint64_t at, uint16_t row, const RowKinds& kinds,
                                                  WideCharacters& w, uint64_t* stop) {
   const uint64_t letter = select(col, kinds.letter[row], at), other = select(col, kinds.other[row], at);
   w.letter |= letter;
   w.other |= other;
-  w.upper |= select(col, kinds.upper[row], at);
-  w.caseless |= select(col, kinds.caseless[row], at);
+  if constexpr (kCased) {
+    w.upper |= select(col, kinds.upper[row], at);
+    w.caseless |= select(col, kinds.caseless[row], at);
+  }
   *stop |= at & ~(letter | other);
 }
 
@@ -149,14 +161,10 @@ struct Bytes64 {
 
 constexpr int kMaxRows = 8;  // rows classified whole per window; past them, one at a time
 
-}  // namespace
-
-[[gnu::target("avx2")]] WideCharacters wide_characters_avx2(const uint8_t* p, uint64_t first_bytes, size_t readable,
-                                                            bool cased) {
-  uint8_t padded[64 + 4];
-  p = readable_window(p, readable, padded);
+template <bool kCased>
+[[gnu::target("avx2")]] WideCharacters classify_rows(const uint8_t* p, uint64_t first_bytes) {
   const ClassTable table = class_table();
-  const RowKinds& kinds = row_kinds(cased);
+  const RowKinds& kinds = row_kinds(kCased);
   const Bytes64 b0 = load64(p), b1 = load64(p + 1), b2 = load64(p + 2);  // lane k: p[k], p[k + 1], p[k + 2]
   WideCharacters w;
   const uint64_t four_byte = first_bytes & at_least_mask(b0, 0xF0);
@@ -166,19 +174,19 @@ constexpr int kMaxRows = 8;  // rows classified whole per window; past them, one
     const uint8_t lead = p[k];
     const uint64_t same_lead = equal_mask(b0, lead) & left;
     if (lead < 0xE0) {  // the lead byte names the block, the second byte the code point in it
-      classify_row(b1, same_lead, table.row_of_block[lead & 0x1F], kinds, w, &stop);
+      classify_row<kCased>(b1, same_lead, table.row_of_block[lead & 0x1F], kinds, w, &stop);
       left &= ~same_lead;
     } else if (kinds.letter_lead[lead & 0x0F]) {  // all 4,096 code points caseless letters (CJK, Hangul)
       w.letter |= same_lead;
-      if (cased) w.caseless |= same_lead;
+      if constexpr (kCased) w.caseless |= same_lead;
       left &= ~same_lead;
     } else {  // the lead and second byte name the block, the third the code point
       const uint64_t same_row = same_lead & equal_mask(b1, p[k + 1]);
-      classify_row(b2, same_row, table.row_of_block[uint32_t(lead & 0x0F) << 6 | (p[k + 1] & 0x3F)], kinds, w, &stop);
+      classify_row<kCased>(b2, same_row, table.row_of_block[uint32_t(lead & 0x0F) << 6 | (p[k + 1] & 0x3F)], kinds, w, &stop);
       left &= ~same_row;
     }
   }
-  classify_each(p, left | four_byte, kinds, w, &stop);
+  classify_each<kCased>(p, left | four_byte, kinds, w, &stop);
   // Characters the window cuts (those one at a time were checked already).
   for (uint64_t end = first_bytes & ~four_byte & (uint64_t(3) << 62); end; end &= end - 1) {
     const unsigned k = unsigned(__builtin_ctzll(end));
@@ -186,6 +194,15 @@ constexpr int kMaxRows = 8;  // rows classified whole per window; past them, one
   }
   if (stop) w.valid = unsigned(__builtin_ctzll(stop));
   return w;
+}
+
+}  // namespace
+
+[[gnu::target("avx2")]] WideCharacters wide_characters_avx2(const uint8_t* p, uint64_t first_bytes, size_t readable,
+                                                            bool cased) {
+  uint8_t padded[64 + 4];
+  p = readable_window(p, readable, padded);
+  return cased ? classify_rows<true>(p, first_bytes) : classify_rows<false>(p, first_bytes);
 }
 
 }  // namespace zllm
