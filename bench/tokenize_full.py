@@ -1,6 +1,8 @@
 """Full tokenization throughput: zllm_core against tiktoken, Hugging Face tokenizers and gigatoken.
 
-Same 1M characters of Python source and of multilingual prose for every library and family.
+Same 1M characters of each text for every library and family: Python source (code), gettext
+catalogues (prose) and the generated multilingual corpus (bench/multilingual.py: many scripts,
+prose mixed with code).
 cold: a fresh tokenizer object meets the text for the first time (no piece cache holds it);
 warm: the same object encodes the same text again (an agent resending its context).
 Single-thread numbers run with the process pinned to one CPU and are given as CPU time (the
@@ -10,12 +12,12 @@ documents, wall time. Every library's ids are checked against tiktoken's in the 
 Output types differ: tiktoken and Hugging Face return Python lists, gigatoken a numpy array.
 zllm_core is timed both ways (`encode`, a list; `encode_to_numpy`, an array) and each ratio
 compares like with like: gigatoken against the array row, the others against the list row.
-A second table pairs zllm_core[numpy] with gigatoken cold, round by round, and gives the
-median ratio with a 95% interval: best-of-N numbers taken minutes apart on a shared host move
-by several percent, more than the margin between the two.
+A second table pairs zllm_core[numpy] with gigatoken and with tiktoken, cold and warm, round
+by round, and gives the median ratio with a 95% interval: best-of-N numbers taken minutes
+apart on a shared host move by several percent, more than the margin between the two.
 
     PYTHONPATH=$PWD python bench/tokenize_full.py [--families cl100k_base,...] [--chars 1000000]
-        [--repeats 2] [--paired-rounds 15]
+        [--texts code,prose,multilingual] [--libraries ...] [--repeats 2] [--paired-rounds 15]
 """
 from __future__ import annotations
 
@@ -34,15 +36,18 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 import gigatoken  # noqa: E402
 import tiktoken  # noqa: E402
 import tokenizers  # noqa: E402
+from multilingual import multilingual_text  # noqa: E402
 
 from tests.tokenizer import corpus, references  # noqa: E402
 from zllm_core.tokenizer import Tokenizer  # noqa: E402
 from zllm_core.tokenizer.vocabulary import PACKAGE_VOCAB, load_family  # noqa: E402
 
+PAIRED_PEERS = ("gigatoken", "tiktoken")
 GIGA_NAMES = {"r50k_base": "r50k", "cl100k_base": "cl100k", "o200k_base": "o200k", "qwen2": "qwen2"}
 
 
@@ -139,17 +144,22 @@ def single_thread(makers: dict, text: str, expected: list[int], repeats: int) ->
     return {lib: (best(colds[lib]), best(warms[lib]), exact[lib]) for lib in makers}
 
 
-def paired_cold(makers: dict, text: str, rounds: int, ours: str = "zllm_core[numpy]",
-                peer: str = "gigatoken") -> list[float]:
-    """Per round, fresh objects of `ours` and `peer` (turns alternating) each encode `text`
-    cold: the ratio of their CPU times (>1: ours faster). A ratio from one round compares two
-    encodes a moment apart, so the host's drift, which moves best-of-N numbers taken minutes
-    apart by several percent, mostly cancels."""
+def paired_ratios(makers: dict, text: str, rounds: int, peer: str, warm: bool,
+                  ours: str = "zllm_core[numpy]") -> list[float]:
+    """Per round, fresh objects of `ours` and `peer` (turns alternating) each encode `text`,
+    cold (the object's first encode) or warm (its second): the ratio of their CPU times (>1:
+    ours faster). A ratio from one round compares two encodes a moment apart, so the host's
+    drift, which moves best-of-N numbers taken minutes apart by several percent, mostly
+    cancels."""
+    def seconds(lib: str) -> float:
+        tok, cpu, _, _ = fresh_cold(lib, makers[lib], text)
+        return cpu_and_wall(lambda: encode(lib, tok, text))[0] if warm else cpu
+
     ratios = []
     for r in range(rounds):
         order = (ours, peer) if r % 2 == 0 else (peer, ours)
-        seconds = {lib: fresh_cold(lib, makers[lib], text)[1] for lib in order}
-        ratios.append(seconds[peer] / seconds[ours])
+        times = {lib: seconds(lib) for lib in order}
+        ratios.append(times[peer] / times[ours])
     return ratios
 
 
@@ -178,8 +188,12 @@ def main() -> None:
     ap.add_argument("--chars", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--paired-rounds", type=int, default=15)
+    ap.add_argument("--texts", default="code,prose,multilingual")
+    ap.add_argument("--libraries", default="zllm_core,zllm_core[numpy],tiktoken,hf_tokenizers,gigatoken",
+                    help="the first table's; the paired table always has zllm_core[numpy], gigatoken, tiktoken")
     args = ap.parse_args()
-    texts = {"code": code_text(args.chars), "prose": corpus.gettext_prose(args.chars)}
+    sources = {"code": code_text, "prose": corpus.gettext_prose, "multilingual": multilingual_text}
+    texts = {name: sources[name](args.chars) for name in args.texts.split(",")}
     all_cpus = os.sched_getaffinity(0)
     print(f"# {args.chars:,} characters per text; {len(all_cpus)} CPUs; MB = 10^6 UTF-8 bytes")
     print("| family | text | library | cold MB/s cpu (wall) | warm MB/s cpu (wall) | zllm cold / this | "
@@ -193,30 +207,35 @@ def main() -> None:
             expected = encode("tiktoken", libs.makers()["tiktoken"](), text)
             docs = [text[k * len(text) // 64:(k + 1) * len(text) // 64] for k in range(64)]
             makers = libs.makers()
+            table = {lib: makers[lib] for lib in args.libraries.split(",")}
             os.sched_setaffinity(0, {min(all_cpus)})
-            singles = single_thread(makers, text, expected, args.repeats)
-            paired[(family, text_name)] = paired_cold(makers, text, args.paired_rounds)
+            singles = single_thread(table, text, expected, args.repeats)
+            paired[(family, text_name)] = [paired_ratios(makers, text, args.paired_rounds, peer, warm)
+                                           for peer in PAIRED_PEERS for warm in (False, True)]
             os.sched_setaffinity(0, all_cpus)
             rows = {}
-            for lib, make in makers.items():
+            for lib, make in table.items():
                 cold, warm, exact = singles[lib]
                 bcold, bwarm = batch(lib, make, docs)
                 rows[lib] = ([mb / s for s in cold], [mb / s for s in warm], exact, mb / bcold, mb / bwarm)
             for lib, (cold, warm, exact, bcold, bwarm) in rows.items():
-                ours = rows["zllm_core[numpy]" if lib in ("gigatoken", "zllm_core[numpy]") else "zllm_core"]
+                ours = rows.get("zllm_core[numpy]" if lib in ("gigatoken", "zllm_core[numpy]") else "zllm_core", rows[lib])
                 ours_cold, ours_warm = ours[0][0], ours[1][0]
                 print(f"| {family} | {text_name} | {lib} | {cold[0]:.1f} ({cold[1]:.1f}) | {warm[0]:.1f} ({warm[1]:.1f}) | "
                       f"{ours_cold / cold[0]:.2f}x | {ours_warm / warm[0]:.2f}x | {'yes' if exact else 'NO'} | "
                       f"{bcold:.1f} | {bwarm:.1f} |", flush=True)
-    print(f"\n# cold, paired: {args.paired_rounds} rounds, each a fresh zllm_core[numpy] and a fresh gigatoken "
-          "encoding the text once, one CPU; their CPU-time ratio per round (>1: zllm_core faster)")
-    print("| family | text | median zllm / gigatoken | interval (coverage) | lowest round |")
-    print("|---|---|---:|---|---:|")
-    for (family, text_name), ratios in paired.items():
-        median, low, high, coverage = median_interval(ratios)
-        print(f"| {family} | {text_name} | {median:.3f} | [{low:.3f}, {high:.3f}] ({coverage:.1%}) | "
-              f"{min(ratios):.3f} |")
-
+    print(f"\n# paired: {args.paired_rounds} rounds, each a fresh zllm_core[numpy] and a fresh peer encoding the "
+          "text once (cold) or twice, the second timed (warm), one CPU; their CPU-time ratio per round "
+          "(>1: zllm_core faster): median [95% interval] (lowest round)")
+    heads = [f"{peer} {kind}" for peer in PAIRED_PEERS for kind in ("cold", "warm")]
+    print("| family | text | " + " | ".join(heads) + " |")
+    print("|---|---|" + "---:|" * len(heads))
+    for (family, text_name), series in paired.items():
+        cells = []
+        for ratios in series:
+            median, low, high, _ = median_interval(ratios)
+            cells.append(f"{median:.2f} [{low:.2f}, {high:.2f}] ({min(ratios):.2f})")
+        print(f"| {family} | {text_name} | " + " | ".join(cells) + " |", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -31,9 +31,11 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ascii_classes.h"
+#include "wide_classes.h"
 
 namespace zllm {
 namespace {
@@ -48,6 +50,9 @@ struct Masks64 {
 
 // SSE2, part of every x86-64 target: four 16-byte steps.
 struct Sse2Masks {
+  static WideCharacters wide(const uint8_t* p, uint64_t first_bytes, size_t readable, bool cased) {
+    return wide_characters(p, first_bytes, readable, cased);
+  }
   static Masks64 of(const uint8_t* p) {
     Masks64 m;
     for (int k = 0; k < 4; ++k) {
@@ -73,6 +78,10 @@ struct Sse2Masks {
 // AVX2, where the CPU has it: two 32-byte steps, half the SSE2 instructions (the masks were
 // most of a window's work), without the 512-bit registers that lower some CPUs' clock.
 struct Avx2Masks {
+  [[gnu::target("avx2")]] static WideCharacters wide(const uint8_t* p, uint64_t first_bytes, size_t readable,
+                                                     bool cased) {
+    return wide_characters_avx2(p, first_bytes, readable, cased);
+  }
   [[gnu::target("avx2")]] static Masks64 of(const uint8_t* p) {
     Masks64 m;
     for (int k = 0; k < 2; ++k) {
@@ -153,38 +162,13 @@ inline uint64_t over_characters(uint64_t x, uint64_t continuation) {
   return x | ((x << 1) & continuation);
 }
 
-// The window's multi-byte characters that the prefix families' rules treat as one class each:
-// letters (\p{L}), and marks, punctuation and symbols (`[^\s\p{L}\p{N}]`), by the bit of
-// their first byte. `valid` ends at the first other one (non-ASCII whitespace or digits, which
-// the scanner takes) or at a character the window cuts.
-struct WideCharacters {
-  uint64_t letter = 0, other = 0;
-  unsigned valid = 64;
-};
-
-WideCharacters wide_characters(const uint8_t* p, uint64_t first_bytes) {
-  uint8_t padded[64 + 3] = {};  // a character's four bytes are read whole
-  std::memcpy(padded, p, 64);
-  const uint8_t* table = char_class_table();
-  WideCharacters w;
-  uint64_t unsupported = 0;
-  for (; first_bytes; first_bytes &= first_bytes - 1) {
-    const unsigned k = unsigned(__builtin_ctzll(first_bytes));
-    uint32_t v;
-    std::memcpy(&v, padded + k, 4);
-    const uint32_t b0 = v & 0xFF, len = 2 + (b0 >= 0xE0) + (b0 >= 0xF0);
-    const uint32_t tail = ((v >> 8 & 0x3F) << 12) | ((v >> 16 & 0x3F) << 6) | (v >> 24 & 0x3F);
-    const uint32_t cp = ((b0 & (0x7Fu >> len)) << (6 * (len - 1))) | (tail >> (6 * (4 - len)));
-    const uint32_t c = uint32_t(1) << table[cp];
-    constexpr uint32_t kLetter = 1u << kLu | 1u << kLl | 1u << kLt | 1u << kLm | 1u << kLo;
-    constexpr uint32_t kOtherClass = 1u << kOther | 1u << kMark;
-    const bool cut = k + len > 64;
-    w.letter |= uint64_t((c & kLetter) != 0) << k;
-    w.other |= uint64_t((c & kOtherClass) != 0) << k;
-    unsupported |= uint64_t(cut || !(c & (kLetter | kOtherClass))) << k;
-  }
-  if (unsupported) w.valid = unsigned(__builtin_ctzll(unsupported));
-  return w;
+// o200k: a caseless letter (Lo) is in both of its pattern's letter sets, and reads as lower
+// case (upper case starts a piece after it) only where no upper-case letter touches it: the
+// start of the first letter run where one does, else 64.
+inline unsigned caseless_runs_end(uint64_t caseless, uint64_t upper, uint64_t letter) {
+  const uint64_t touching = caseless & ((upper << 1) | (upper >> 1));
+  const uint64_t runs = any_after_in_run(touching, letter);
+  return runs ? unsigned(__builtin_ctzll(runs)) : 64;
 }
 
 }  // namespace
@@ -209,20 +193,21 @@ AsciiBlockRules AsciiBlockRules::of(const Grammar& g) {
 namespace {
 
 template <class Masks>
-[[gnu::always_inline]] inline AsciiBlock block_of(const AsciiBlockRules& rules, const uint8_t* s, size_t pos) {
-  const bool wide = rules.kind != AsciiBlockRules::kCased;
-  if (!wide) {  // most windows of non-Latin text fail here, before the full class masks are computed
-    const uint32_t head = uint32_t(_mm_movemask_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + pos))));
-    if (head & 0xFF) return AsciiBlock{1, 0, unsigned(__builtin_ctz(head))};
-  }
+[[gnu::always_inline]] inline AsciiBlock block_of(const AsciiBlockRules& rules, const uint8_t* s, size_t pos,
+                                                  size_t n) {
+  const bool cased = rules.kind == AsciiBlockRules::kCased;
   const Masks64 m = Masks::of(s + pos);
-  unsigned covered = m.high ? unsigned(__builtin_ctzll(m.high)) : 64;  // leading bytes the rules cover
-  uint64_t letter = m.letter, other = m.other();
-  if (wide && m.high) {
-    const WideCharacters w = wide_characters(s + pos, m.high & ~m.continuation);
+  unsigned covered = 64;  // leading bytes the rules cover
+  uint64_t letter = m.letter, other = m.other(), upper = m.upper;
+  if (m.high) {
+    const WideCharacters w = Masks::wide(s + pos, m.high & ~m.continuation, n - pos, cased);
     covered = w.valid;
     letter |= over_characters(w.letter, m.continuation);
     other |= over_characters(w.other, m.continuation);
+    if (cased) {
+      upper |= over_characters(w.upper, m.continuation);
+      covered = std::min(covered, caseless_runs_end(over_characters(w.caseless, m.continuation), upper, letter));
+    }
   }
   if (covered < 8) return AsciiBlock{1, 0, covered};
   // Rules at k read bytes up to k + 2 (contractions), so they are exact up to covered - 3.
@@ -245,7 +230,7 @@ template <class Masks>
     // both are ASCII): carried from the previous character's first byte through its bytes.
     const uint64_t before_previous = over_characters(((own_punct | m.space) << 1) & ~m.continuation, m.continuation) << 1;
     starts |= letter & ((m.newline << 1) | (digit << 1) | (absorbed << 1) | (after_punct & before_previous));
-    if (rules.kind == AsciiBlockRules::kCased) starts |= m.upper & ((letter & ~m.upper) << 1);
+    if (cased) starts |= upper & ((letter & ~upper) << 1);
     starts |= digit_starts(digit, rules.digit_group);
     starts |= own_punct & ~after_punct & ~after_space;
     starts |= space & (~(white << 1) | ((newline << 1) & ~newline_later) | ~(white >> 1));
@@ -277,12 +262,12 @@ template <class Masks>
   return AsciiBlock{starts & ~m.continuation, decided, covered};
 }
 
-AsciiBlock sse2_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos) {
-  return block_of<Sse2Masks>(rules, s, pos);
+AsciiBlock sse2_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos, size_t n) {
+  return block_of<Sse2Masks>(rules, s, pos, n);
 }
 
-[[gnu::target("avx2")]] AsciiBlock avx2_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos) {
-  return block_of<Avx2Masks>(rules, s, pos);
+[[gnu::target("avx2")]] AsciiBlock avx2_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos, size_t n) {
+  return block_of<Avx2Masks>(rules, s, pos, n);
 }
 
 // Resolved once, when the module loads.
@@ -290,13 +275,23 @@ const auto kBlock = cpu_has_avx2() ? avx2_block : sse2_block;
 
 }  // namespace
 
-AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos) { return kBlock(rules, s, pos); }
+AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos, size_t n) {
+  return kBlock(rules, s, pos, n);
+}
 
 bool simd_masks_agree(const uint8_t* s, size_t n) {
   if (!cpu_has_avx2()) return true;
   for (size_t pos = 0; pos + 64 <= n; ++pos) {
     const Masks64 a = Sse2Masks::of(s + pos), b = Avx2Masks::of(s + pos);
     if (std::memcmp(&a, &b, sizeof(a)) != 0) return false;
+    const uint64_t first = a.high & ~a.continuation;
+    for (bool cased : {false, true}) {
+      const WideCharacters x = Sse2Masks::wide(s + pos, first, n - pos, cased);
+      const WideCharacters y = Avx2Masks::wide(s + pos, first, n - pos, cased);
+      if (x.letter != y.letter || x.other != y.other || x.upper != y.upper || x.caseless != y.caseless ||
+          x.valid != y.valid)
+        return false;
+    }
   }
   return true;
 }

@@ -7,12 +7,14 @@
 //
 // Covered: the space-prefixed rules (r50k), the any-prefixed ones with `[\r\n]*` after
 // punctuation and the newline rule (cl100k, Llama 3, Qwen2) and o200k's case-aware letters
-// with suffixed contractions. For the prefix families a window may also hold non-ASCII
-// letters, marks, punctuation and symbols (prose): each such character's class comes from the
-// class table and covers all its bytes, and rules about "the character before the previous
-// one" follow character boundaries. Non-ASCII whitespace and digits end a window (the scanner
-// takes them), as does any non-ASCII byte for o200k, whose letters split by case. The digit
-// splitter stays on the scanner.
+// with suffixed contractions. A window may also hold non-ASCII letters, punctuation and
+// symbols (prose in any script; for the prefix families marks too): each such character's
+// class comes from the class table (wide_classes.h) and covers all its bytes, and rules about
+// "the character before the previous one" follow character boundaries. For o200k a caseless
+// letter (CJK, Arabic, Thai...) reads as lower case, so a letter run where one touches an
+// upper-case letter ends the window. Non-ASCII whitespace and digits end a window (the
+// scanner takes them), as do marks and modifier letters for o200k. The digit splitter stays
+// on the scanner.
 #pragma once
 
 #include <cstddef>
@@ -37,13 +39,14 @@ struct AsciiBlock {
   unsigned valid;    // the window's leading bytes of characters the rules cover
 };
 
-// The window at s[pos, pos + 64), which must be readable; pos is a piece start (so no rule
-// needs the byte before it). Not eligible (decided 0) when fewer than 8 leading bytes are
-// valid.
-AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos);
+// The window at s[pos, pos + 64) of a text of n >= pos + 64 bytes; pos is a piece start (so
+// no rule needs the byte before it). Not eligible (decided 0) when fewer than 8 leading bytes
+// are valid.
+AsciiBlock ascii_block(const AsciiBlockRules& rules, const uint8_t* s, size_t pos, size_t n);
 
-// The class masks run on AVX2 where the CPU has it, else on SSE2: whether the two agree on
-// every 64-byte window of s[0, n) (true without AVX2), so tests cover the path not taken.
+// The class masks and the classes of multi-byte characters (wide_classes.h) run on AVX2 where
+// the CPU has it, else on SSE2 and scalar code: whether the two agree on every 64-byte window
+// of s[0, n) (true without AVX2), so tests cover the path not taken.
 bool simd_masks_agree(const uint8_t* s, size_t n);
 
 }  // namespace zllm

@@ -5,31 +5,9 @@
 
 #include "ascii_block.h"
 #include "ascii_classes.h"
+#include "class_table.h"
 
 namespace zllm {
-namespace {
-
-struct ClassRange {
-  uint32_t lo, hi;
-  CharClass cls;
-};
-#include "unicode_classes.inc"
-
-}  // namespace
-
-// A flat table (1.1 MB) beats a range search on the hot path, and is built once.
-const uint8_t* char_class_table() {
-  static const std::vector<uint8_t> table = [] {
-    std::vector<uint8_t> t(0x110000, kOther);
-    for (const ClassRange& r : kClassRanges)
-      for (uint32_t c = r.lo; c <= r.hi; ++c) t[c] = r.cls;
-    t['\r'] = kCR;
-    t['\n'] = kLF;
-    return t;
-  }();
-  return table.data();
-}
-
 namespace {
 
 constexpr uint32_t bit(CharClass c) { return 1u << c; }
@@ -39,7 +17,7 @@ constexpr uint32_t bit(CharClass c) { return 1u << c; }
 const uint32_t* ascii_bits() {
   static const std::vector<uint32_t> bits = [] {
     std::vector<uint32_t> b(256, 0);
-    for (int c = 0; c < 128; ++c) b[c] = bit(CharClass(char_class_table()[c]));
+    for (int c = 0; c < 128; ++c) b[c] = bit(CharClass(class_table().of(c)));
     return b;
   }();
   return bits.data();
@@ -86,7 +64,7 @@ inline uint32_t class_mask(const uint8_t* p, uint32_t set) {
 class Scanner {
  public:
   Scanner(const Grammar& g, const uint8_t* s, size_t n)
-      : g_(g), s_(s), n_(n), table_(char_class_table()), ascii_(ascii_bits()) {}
+      : g_(g), s_(s), n_(n), table_(class_table()), ascii_(ascii_bits()) {}
 
   size_t piece_end(size_t i) const {
     if (g_.digits_only) return digit_split_end(i);
@@ -108,9 +86,9 @@ class Scanner {
  private:
   CharClass cls(size_t i) const {
     uint8_t b = s_[i];
-    if (b < 0x80) return CharClass(table_[b]);
+    if (b < 0x80) return CharClass(table_.of(b));
     int len;
-    return CharClass(table_[decode_utf8(s_, i, &len)]);
+    return CharClass(table_.of(decode_utf8(s_, i, &len)));
   }
   bool in(size_t i, uint32_t set) const { return i < n_ && (bit(cls(i)) & set); }
   size_t run(size_t i, uint32_t set) const {
@@ -118,7 +96,7 @@ class Scanner {
       if (i < n_ && s_[i] < 0x80) i = ascii_run(i, set);  // skipped inside non-ASCII words
       if (i >= n_ || s_[i] < 0x80) return i;
       int len;
-      if (!(bit(CharClass(table_[decode_utf8(s_, i, &len)])) & set)) return i;
+      if (!(bit(CharClass(table_.of(decode_utf8(s_, i, &len)))) & set)) return i;
       i += len;
     }
   }
@@ -282,13 +260,13 @@ class Scanner {
   const Grammar& g_;
   const uint8_t* s_;
   size_t n_;
-  const uint8_t* table_;
+  const ClassTable table_;
   const uint32_t* ascii_;
 };
 
 }  // namespace
 
-CharClass char_class(uint32_t cp) { return cp < 0x110000 ? CharClass(char_class_table()[cp]) : kOther; }
+CharClass char_class(uint32_t cp) { return cp < 0x110000 ? CharClass(class_table().of(cp)) : kOther; }
 
 void pretokenize(const Grammar& g, const uint8_t* s, size_t n, std::vector<uint32_t>& ends) {
   uint32_t chunk[256];
@@ -309,7 +287,7 @@ size_t next_pieces(const Grammar& g, const uint8_t* s, size_t n, size_t* pos, ui
     const bool window = i >= scalar_until && i + 64 <= n;
     if (window && k + 64 > cap && k > 0) break;
     if (window && k + 64 <= cap) {
-      const AsciiBlock block = ascii_block(rules, s, i);
+      const AsciiBlock block = ascii_block(rules, s, i, n);
       uint64_t starts = block.starts & ((uint64_t(2) << block.decided) - 1) & ~uint64_t(1);
       if (starts) {
         for (; starts; starts &= starts - 1) ends[k++] = uint32_t(i + __builtin_ctzll(starts));

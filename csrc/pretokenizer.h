@@ -22,9 +22,7 @@ enum CharClass : uint8_t {
   kNumClasses
 };
 
-CharClass char_class(uint32_t cp);
-// The CharClass of every code point below 0x110000, one byte each (built once, 1.1 MB).
-const uint8_t* char_class_table();
+CharClass char_class(uint32_t cp);  // from class_table.h's table
 
 // Decodes one code point of valid UTF-8 at s[i]; sets *len to its byte length.
 inline uint32_t decode_utf8(const uint8_t* s, size_t i, int* len) {

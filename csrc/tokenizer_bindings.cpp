@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "ascii_block.h"
+#include "class_table.h"
 #include "tokenizer_core.h"
 
 namespace py = pybind11;
@@ -272,6 +273,11 @@ void register_tokenizer(py::module_& m) {
       .def("decode_bytes", &decode_bytes)
       .def("split", &split_pieces, "Pre-tokenizer pieces of ordinary text (no special splitting).");
   m.def("char_classes", &char_classes, "The CharClass of each code point, one byte each.");
+  m.def("class_table", [] {
+    const ClassTable& t = class_table();
+    return py::make_tuple(py::bytes(reinterpret_cast<const char*>(t.row_of_block), ClassTable::kBlocks * sizeof(uint16_t)),
+                          py::bytes(reinterpret_cast<const char*>(t.rows), t.num_rows << ClassTable::kBlockBits));
+  }, "The two-level CharClass table (row of each 64-code-point block as uint16, then the rows): what the GPU path uploads.");
   m.def("simd_masks_agree", [](const py::bytes& b) {
     const std::string s = b;
     return simd_masks_agree(reinterpret_cast<const uint8_t*>(s.data()), s.size());

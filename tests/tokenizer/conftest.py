@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from multilingual import multilingual_documents  # bench/, on the path by tests/conftest.py
 from tests.tokenizer import corpus, references
 from zllm_core.tokenizer import Tokenizer
 from zllm_core.tokenizer.rules import LLAMA3, PATTERNS
@@ -13,11 +14,13 @@ from zllm_core.tokenizer.rules import LLAMA3, PATTERNS
 
 @pytest.fixture(scope="session")
 def documents(agent_trace: Path) -> dict[str, list[str]]:
-    """Corpus name -> documents: standard-library sources, rendered agent sessions, prose."""
+    """Corpus name -> documents: standard-library sources, rendered agent sessions, prose,
+    and the generated multilingual corpus (many scripts, prose mixed with code)."""
     return {
         "stdlib": corpus.stdlib_sources(),
         "trace": corpus.trace_texts(agent_trace),
         "prose": [corpus.gettext_prose(10_000_000 if corpus.FULL else 300_000)],
+        "multilingual": multilingual_documents(5_000_000 if corpus.FULL else 400_000),
     }
 
 

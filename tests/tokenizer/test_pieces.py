@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 
@@ -73,6 +74,17 @@ def test_rules_reproduce_regex_pieces_on_long_mixed_text(pattern, rules, referen
     assert splitter(rules).pieces(text) == regex_pieces(reference, text)
 
 
+@pytest.mark.parametrize(("pattern", "rules", "reference"), CASES, ids=IDS)
+def test_rules_reproduce_regex_pieces_where_caseless_letters_meet_cased_ones(pattern, rules, reference):
+    """Letters of every case and caseless ones (CJK, Hangul, Arabic) run into each other inside
+    64-byte windows: o200k's pattern counts caseless letters as both cases, so where one
+    touches an upper-case letter the block rules must leave the run to the scanner."""
+    rng = random.Random(2)
+    fragments = LETTERS * 4 + ("A", "b", "Ab", "aB", "AB", "Ǆ", "ǅ", "ǆ", " ", " ", "'s", "'S", "«", "-", "\n")
+    text = "".join(rng.choice(fragments) for _ in range(40_000))
+    assert splitter(rules).pieces(text) == regex_pieces(reference, text)
+
+
 def test_every_supported_family_is_exact():
     assert all(r.exact for r in ONIG_PATTERNS.values())
 
@@ -87,3 +99,12 @@ def test_block_masks_agree_on_every_simd_path(documents):
 
 def test_char_classes_expose_one_class_per_code_point():
     assert list(_native.char_classes("aA1 \n\r.é\u0301ǅ")) == [2, 1, 7, 8, 10, 9, 0, 2, 6, 3]
+
+
+def test_class_table_levels_give_every_code_point_its_class():
+    """The two-level table the GPU path shares: block -> row, row -> 64 classes."""
+    row_of_block, rows = _native.class_table()
+    row_of_block, rows = np.frombuffer(row_of_block, dtype="<u2"), np.frombuffer(rows, dtype=np.uint8)
+    cps = np.array([c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF])
+    expected = np.frombuffer(_native.char_classes("".join(map(chr, cps))), dtype=np.uint8)
+    assert (rows[row_of_block[cps >> 6].astype(np.int64) * 64 + (cps & 63)] == expected).all()
