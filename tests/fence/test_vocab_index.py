@@ -45,7 +45,8 @@ def test_the_trie_walk_equals_stepping_each_token(walked, limit):
         allowed = unpack(row.words, index.vocab_size)
         want, closest = reference(dfa, state, tokens, sample, limit)
         assert {int(i) for i in sample if allowed[i]} == want, text
-        assert row.closest <= (closest if closest is not None else -1) or closest is None and row.closest >= 0
+        if closest is not None:  # the whole vocabulary may hold a closer token than the sample
+            assert 0 <= row.closest <= closest
     assert not unpack(index.row(dfa, dfa.start, NO_LIMIT).words, index.vocab_size)[151643]
 
 
@@ -92,3 +93,9 @@ def test_a_cache_file_with_a_bad_layout_is_rebuilt(tmp_path, qwen):
     np.savez(cached, order=first.order, flat=first.flat, offsets=offsets, vocab_size=np.int64(first.vocab_size))
     again = VocabIndex.cached(tokens, cache_dir=tmp_path)
     assert np.array_equal(again.offsets, first.offsets)
+
+
+def test_the_dead_state_allows_no_token(qwen):
+    vocab = FenceVocab.build([qwen.token_bytes(i) for i in range(qwen.vocab_size)], qwen.special_tokens, [151643])
+    grammar = Grammar.compile(value_expr(SCHEMA), vocab)
+    assert not grammar.bitmask(grammar.dfa.dead).any()  # a caller that ignored the mask gets nothing more

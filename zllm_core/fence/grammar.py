@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from zllm_core.fence.automaton import Dfa, Expr, Lit, alt, compile_dfa
-from zllm_core.fence.vocab_index import NO_LIMIT, VocabIndex
+from zllm_core.fence.vocab_index import NO_LIMIT, Row, VocabIndex
 
 PSEUDO_BYTES = (0xC0, 0xC1, *range(0xF5, 0x100))  # never part of well-formed UTF-8
 LOOP_BYTES = 16  # a state with this many ASCII bytes returning to it takes the loop walk
@@ -157,7 +157,7 @@ class Grammar:
             for state in range(len(self.dfa.table) - 1):
                 self.bitmask(state)
 
-    def _row(self, state: int, limit: int):
+    def _row(self, state: int, limit: int) -> Row:
         """One native walk: over the trie, or from a loop state (a string's inside, free text)
         the tokens that return to it at once and a walk of the others."""
         return self.vocab.index.row(self.dfa, state, limit, self._loops[state])
@@ -176,6 +176,7 @@ class Grammar:
                 at = dfa.table[at, cls]
             utf8 &= at == states
         big = ascii_loops.sum(axis=1) >= LOOP_BYTES
+        big[dfa.dead] = False  # everything "returns" to the dead state, and nothing lives there
         return [(ascii_loops[s].astype(np.uint8).tobytes(), bool(utf8[s])) if big[s] else None
                 for s in range(len(states))]
 
