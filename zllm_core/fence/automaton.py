@@ -98,24 +98,26 @@ def opt(e: Expr) -> Expr:
     return Repeat(e, 0, 1)
 
 
+# Well-formed UTF-8 multi-byte characters as byte ranges per position (RFC 3629, table 3-7):
+# no overlong forms, no surrogates, nothing past U+10FFFF.
+CONT = (0x80, 0xBF)
+UTF8_RANGES = (((0xC2, 0xDF), CONT), ((0xE0, 0xE0), (0xA0, 0xBF), CONT), ((0xE1, 0xEC), CONT, CONT),
+               ((0xED, 0xED), (0x80, 0x9F), CONT), ((0xEE, 0xEF), CONT, CONT),
+               ((0xF0, 0xF0), (0x90, 0xBF), CONT, CONT), ((0xF1, 0xF3), CONT, CONT, CONT),
+               ((0xF4, 0xF4), (0x80, 0x8F), CONT, CONT))
+
+
 def utf8_multibyte(line_separators: bool = True) -> Expr:
-    """One well-formed UTF-8 character of two to four bytes (no surrogates, nothing past
-    U+10FFFF); `line_separators=False` leaves out U+2028 and U+2029."""
-    cont = byte_range(0x80, 0xBF)
-    e2 = seq(Lit(b"\xe2"), cont, cont)
-    if not line_separators:
-        e2 = alt(seq(Lit(b"\xe2"), byte_range(0x81, 0xBF), cont),
-                 seq(Lit(b"\xe2\x80"), one_of(b for b in range(0x80, 0xC0) if b not in (0xA8, 0xA9))))
-    return alt(
-        seq(byte_range(0xC2, 0xDF), cont),
-        seq(Lit(b"\xe0"), byte_range(0xA0, 0xBF), cont),
-        e2,
-        seq(one_of([0xE1, *range(0xE3, 0xED), 0xEE, 0xEF]), cont, cont),
-        seq(Lit(b"\xed"), byte_range(0x80, 0x9F), cont),
-        seq(Lit(b"\xf0"), byte_range(0x90, 0xBF), cont, cont),
-        seq(byte_range(0xF1, 0xF3), cont, cont, cont),
-        seq(Lit(b"\xf4"), byte_range(0x80, 0x8F), cont, cont),
-    )
+    """One well-formed UTF-8 character of two to four bytes; `line_separators=False` leaves
+    out U+2028 and U+2029 (E2 80 A8 and E2 80 A9)."""
+    options = [seq(*(byte_range(lo, hi) for lo, hi in ranges)) for ranges in UTF8_RANGES]
+    if line_separators:
+        return alt(*options)
+    cont = byte_range(*CONT)
+    e2 = alt(seq(Lit(b"\xe2"), byte_range(0x81, 0xBF), cont),
+             seq(Lit(b"\xe2\x80"), one_of(b for b in range(0x80, 0xC0) if b not in (0xA8, 0xA9))))
+    e1_ec = seq(one_of([0xE1, *range(0xE3, 0xED)]), cont, cont)  # UTF8_RANGES[2] less E2
+    return alt(*options[:2], e1_ec, e2, *options[3:])
 
 
 MAX_NFA_STATES = 400_000  # a client's schema may not make the server build more (~100 MB)

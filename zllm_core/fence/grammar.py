@@ -17,19 +17,13 @@ from typing import Sequence
 
 import numpy as np
 
-from zllm_core.fence.automaton import Dfa, Expr, Lit, alt, compile_dfa
+from zllm_core.fence.automaton import UTF8_RANGES, Dfa, Expr, Lit, alt, compile_dfa
 from zllm_core.fence.vocab_index import NO_LIMIT, Row, VocabIndex
 
 PSEUDO_BYTES = (0xC0, 0xC1, *range(0xF5, 0x100))  # never part of well-formed UTF-8
 LOOP_BYTES = 16  # a state with this many ASCII bytes returning to it takes the loop walk
 ROW_CACHE = 1024  # bitmask rows kept per grammar (19 KB each for 150K tokens)
 PREPARE_STATES = 256  # grammars this small get every state's row ahead of their requests
-# Well-formed UTF-8 multi-byte characters as byte ranges per position (RFC 3629, table 3-7).
-CONT = (0x80, 0xBF)
-UTF8_RANGES = (((0xC2, 0xDF), CONT), ((0xE0, 0xE0), (0xA0, 0xBF), CONT), ((0xE1, 0xEC), CONT, CONT),
-               ((0xED, 0xED), (0x80, 0x9F), CONT), ((0xEE, 0xEF), CONT, CONT),
-               ((0xF0, 0xF0), (0x90, 0xBF), CONT, CONT), ((0xF1, 0xF3), CONT, CONT, CONT),
-               ((0xF4, 0xF4), (0x80, 0x8F), CONT, CONT))
 
 
 class FenceError(ValueError):

@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from zllm_core.protocols.canonical import RequestError
+from zllm_core.server.body import loads
 from zllm_core.protocols.openai_responses import ResponsesRequest
 from zllm_core.server.errors import validation_error
 from zllm_core.server.response_store import StoredResponse
@@ -39,7 +40,7 @@ def _error(exc: Exception) -> dict[str, Any]:
 
 def _request(text: str) -> ResponsesRequest:
     try:
-        message = json.loads(text)
+        message = loads(text)  # orjson, as request bodies: a call resends the whole context
     except json.JSONDecodeError:
         raise RequestError("malformed JSON in WebSocket message", code="invalid_json") from None
     if not isinstance(message, dict) or message.get("type") != "response.create":

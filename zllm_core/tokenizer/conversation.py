@@ -13,6 +13,7 @@ before it exact; that fallback is logged as a near-miss.
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from dataclasses import dataclass
 
@@ -89,12 +90,12 @@ class ConversationTokenizer:
         """Logs a recorded span longer than the one used that the text forks from: the client
         resent an earlier answer differently (and its ids are tokenized anew)."""
         longest = max(spans.spans, key=lambda s: len(s.text), default=None)
-        if longest is None or longest is used:
-            return
+        if longest is None or longest is used or longest.text.startswith(text):
+            return  # a retry of an earlier prompt
+        floor = max(len(used.text) if used is not None else 0, math.ceil(NEAR_MISS_FRACTION * len(longest.text)))
+        if not text.startswith(longest.text[:floor]):
+            return  # another branch or another conversation: one compare, no search
         at = _common_prefix(longest.text, text)
-        if at == len(text) or at < (len(used.text) if used is not None else 0) \
-                or at < NEAR_MISS_FRACTION * len(longest.text):
-            return  # a retry of an earlier prompt, another branch or another conversation
         self.stats.near_misses += 1
         log.warning("exact-history near-miss at character %d of a %d-character recorded turn "
                     "(the tail is tokenized anew): request has %r, recorded has %r",
