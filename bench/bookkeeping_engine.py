@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from zllm_core.cache.scope import CacheHint, Scope
-from zllm_core.engine.async_engine import GenerationEvent
+from zllm_core.engine.output_processor import GenerationEvent
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
 from zllm_core.model.causal_lm import CausalLM
 from zllm_core.model.config import parse_config
@@ -54,10 +54,10 @@ class BookkeepingEngine:
         seq = chunk.seq
         for token in self.answer:
             seq.append(token)
-        pool = self.engine.pool  # the blocks decoding would have taken
+        pool = self.engine.kv.pool  # the blocks decoding would have taken
         seq.block_table += pool.allocate(seq.blocks_needed(seq.num_tokens, pool.block_size))
         seq.num_computed = seq.num_tokens - 1  # the last sampled token is never run
-        self.engine.cache.commit(request_id, seq.token_ids, seq.block_table, seq.num_computed)
+        self.engine.kv.cache.commit(request_id, seq.token_ids, seq.block_table, seq.num_computed)
         self.engine.scheduler.finish(seq, "stop")
         yield GenerationEvent(list(self.answer), self.decode(self.answer[:-1]), "stop", None,
                               seq.prompt_len, seq.num_cached, len(self.answer))

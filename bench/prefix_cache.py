@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from zllm_core.cache.block_pool import BlockPool, KVLayout
+from zllm_core.cache.block_pool import BlockPool
 from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
 from zllm_core.cache.scope import CacheHint, Scope
 from zllm_core.dialects.chat_template import ChatTemplate
@@ -69,11 +69,10 @@ def bench_hit_rate(model_dir: Path, sessions: int, max_calls: int, sizes: list[i
     total = sum(len(p) for _, p in prompts)
     print(f"\n2. token hit rate, {len(prompts)} requests of {sessions} sessions ({total:,} prompt tokens)")
     print(f"{'cache tokens':>13} {'shared scope':>13} {'scope per tenant':>17}")
-    layout = KVLayout(num_layers=1, num_kv_heads=1, head_dim=1, dtype=torch.float16)
     for size in sizes:
         rates = []
         for per_tenant in (False, True):
-            cache = PrefixCache(BlockPool(layout, size // layout.block_size), describe=tokenizer.decode)
+            cache = PrefixCache(BlockPool(size // 16), describe=tokenizer.decode)
             for i, (s, tokens) in enumerate(prompts):
                 scope = Scope("demo", tenant=f"t{s % 5}" if per_tenant else "").digest()
                 replay_one(cache, f"r{i}", tokens, scope)

@@ -94,7 +94,7 @@ def one_turn(engine: LLMEngine, rid: str, prompt: np.ndarray, hint: CacheHint) -
 
     def commit():
         seq.num_computed += chunk.length
-        engine.cache.commit(rid, seq.token_ids, seq.block_table, seq.num_computed)
+        engine.kv.cache.commit(rid, seq.token_ids, seq.block_table, seq.num_computed)
 
     def finish():
         seq.append(7)  # the sampled token, a stop token
@@ -109,7 +109,7 @@ def old_minus_new(engine: LLMEngine, prompt: np.ndarray, seq: Sequence, keyless:
     """For each replaced operation, the old one's CPU ms minus the new one's, same tokens."""
     tokens = prompt.tolist()
     usable = (len(prompt) - 1) // BLOCK
-    session = next(engine.cache.sessions.recent(seq.cache.scope))
+    session = next(engine.kv.cache.sessions.recent(seq.cache.scope))
     delta = {
         "handover": cpu_ms(prompt.tolist)[0] - cpu_ms(lambda: prompt)[0],
         "snapshot": cpu_ms(lambda: list(tokens))[0] - cpu_ms(lambda: np.array(prompt))[0],

@@ -31,7 +31,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from zllm_core.engine.async_engine import AsyncEngine, GenerationEvent  # noqa: E402
+from zllm_core.engine.async_engine import AsyncEngine  # noqa: E402
+from zllm_core.engine.output_processor import GenerationEvent  # noqa: E402
 from zllm_core.engine.sampling_params import SamplingParams  # noqa: E402
 from zllm_core.model.model_names import resolve_model  # noqa: E402
 from zllm_core.protocols import openai_chat  # noqa: E402

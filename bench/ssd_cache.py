@@ -67,7 +67,7 @@ def bench_prefix(model: torch.nn.Module, n: int, root: Path, rng: random.Random,
     config = EngineConfig(kv_cache_bytes=(2 * blocks + 16) * block_bytes, max_model_len=n + SUFFIX + 8,
                           ssd_cache_dir=str(directory), allow_long_context=True)
     engine = LLMEngine(model, None, config, Scope("bench-ssd"))
-    for k, v in engine.pool.kv_caches:  # fault the pool's pages in, as a server that has run a while has
+    for k, v in engine.kv.pool.kv_caches:  # fault the pool's pages in, as a server that has run a while has
         k.fill_(0)
         v.fill_(0)
     prefix = [rng.randrange(1000, 150000) for _ in range(n)]
@@ -76,15 +76,15 @@ def bench_prefix(model: torch.nn.Module, n: int, root: Path, rng: random.Random,
     device = median(ttft(engine, prefix + suffix(), f"hit{n}.{t}", CacheHint())[0] for t in range(trials))
     ssd, restore_only = [], []
     for t in range(trials):
-        engine.cache.evict(engine.pool.num_blocks)  # backed up (the first time), then freed
-        engine.cache.ssd.writer.flush()
+        engine.kv.cache.evict(engine.kv.pool.num_blocks)  # backed up (the first time), then freed
+        engine.kv.cache.ssd.writer.flush()
         drop_page_cache(directory / "blobs")
-        before = engine.cache.ssd.stats.restore_seconds
+        before = engine.kv.cache.ssd.stats.restore_seconds
         seconds, cached = ttft(engine, prefix + suffix(), f"ssd{n}.{t}", CacheHint())
-        assert cached == n and engine.cache.stats.lookups["ssd_longest_prefix"] == t + 1
+        assert cached == n and engine.kv.cache.stats.lookups["ssd_longest_prefix"] == t + 1
         ssd.append(seconds)
-        restore_only.append(engine.cache.ssd.stats.restore_seconds - before)
-    read_bytes = engine.cache.ssd.stats.bytes_read // trials
+        restore_only.append(engine.kv.cache.ssd.stats.restore_seconds - before)
+    read_bytes = engine.kv.cache.ssd.stats.bytes_read // trials
     disk, on_disk = zip(*(sequential_read_seconds(directory / "blobs") for _ in range(trials)))
     disk_same = median(disk) * read_bytes / on_disk[0]
     engine.close()

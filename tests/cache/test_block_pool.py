@@ -1,33 +1,34 @@
 import pytest
 import torch
 
-from zllm_core.cache.block_pool import BlockPool, KVLayout, OutOfBlocks
+from zllm_core.cache.block_pool import BlockPool, OutOfBlocks
+from zllm_core.cache.kv_storage import KVLayout, KVStorage
 
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=8, dtype=torch.float32, block_size=16)
 
 
 def test_capacity_comes_from_a_byte_budget_and_allocated_bytes_are_real():
-    pool = BlockPool.from_budget(LAYOUT, 10 * LAYOUT.bytes_per_block + 123)
-    assert pool.num_blocks == 10
-    assert pool.allocated_bytes == 10 * LAYOUT.bytes_per_block
-    assert pool.kv_caches[0][0].shape == (10, 16, 2, 8)
+    storage = KVStorage(LAYOUT, LAYOUT.blocks_in(10 * LAYOUT.bytes_per_block + 123))
+    assert storage.num_blocks == 10
+    assert storage.allocated_bytes == 10 * LAYOUT.bytes_per_block
+    assert storage.kv_caches[0][0].shape == (10, 16, 2, 8)
 
 
 def test_budget_too_small_for_one_block_is_refused():
     with pytest.raises(ValueError, match="holds no block"):
-        BlockPool.from_budget(LAYOUT, LAYOUT.bytes_per_block - 1)
+        LAYOUT.blocks_in(LAYOUT.bytes_per_block - 1)
 
 
 def test_allocate_free_returns_exactly_to_empty():
-    pool = BlockPool(LAYOUT, 8)
+    pool = BlockPool(8)
     a = pool.allocate(5)
-    assert pool.num_free == 3 and pool.used_bytes == 5 * LAYOUT.bytes_per_block
+    assert pool.num_free == 3 and pool.num_used == 5
     pool.free(a)
     assert pool.is_empty()
 
 
 def test_over_allocation_raises_and_changes_nothing():
-    pool = BlockPool(LAYOUT, 4)
+    pool = BlockPool(4)
     pool.allocate(3)
     with pytest.raises(OutOfBlocks):
         pool.allocate(2)
@@ -35,9 +36,9 @@ def test_over_allocation_raises_and_changes_nothing():
 
 
 def test_shared_block_is_freed_only_by_its_last_owner():
-    pool = BlockPool(LAYOUT, 4)
+    pool = BlockPool(4)
     blocks = pool.allocate(2)
-    pool.fork(blocks)
+    pool.incref(blocks)
     pool.free(blocks)
     assert pool.num_free == 2
     pool.free(blocks)
@@ -45,29 +46,21 @@ def test_shared_block_is_freed_only_by_its_last_owner():
 
 
 def test_double_free_is_an_error():
-    pool = BlockPool(LAYOUT, 2)
+    pool = BlockPool(2)
     b = pool.allocate(1)
     pool.free(b)
     with pytest.raises(ValueError, match="freed more often"):
         pool.free(b)
 
 
-def test_copy_on_write_copies_kv_and_leaves_the_original_to_its_other_owner():
-    pool = BlockPool(LAYOUT, 4)
-    (b,) = pool.allocate(1)
-    for k, v in pool.kv_caches:
-        k[b].normal_()
-        v[b].normal_()
-    pool.fork([b])
-    new = pool.copy_on_write(b)
-    assert new != b and pool.ref_counts[b] == 1 and pool.ref_counts[new] == 1
-    for k, v in pool.kv_caches:
-        assert torch.equal(k[new], k[b]) and torch.equal(v[new], v[b])
-    assert pool.copy_on_write(new) == new  # sole owner writes in place
+def test_sharing_a_free_block_is_an_error():
+    pool = BlockPool(2)
+    with pytest.raises(ValueError, match="is free"):
+        pool.incref([1])
 
 
 def test_a_block_repeated_in_one_call_is_refused_and_nothing_changes():
-    pool = BlockPool(LAYOUT, 4)
+    pool = BlockPool(4)
     a, b = pool.allocate(2)
     with pytest.raises(ValueError, match="appears twice"):
         pool.free([a, b, a])
@@ -77,7 +70,7 @@ def test_a_block_repeated_in_one_call_is_refused_and_nothing_changes():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_gathered_blocks_scatter_back_bit_for_bit_in_every_dtype(dtype):
     layout = KVLayout(num_layers=2, num_kv_heads=2, head_dim=4, dtype=dtype, block_size=4)
-    src, dst = BlockPool(layout, 10), BlockPool(layout, 10)
+    src, dst = KVStorage(layout, 10), KVStorage(layout, 10)
     for k, v in src.kv_caches:
         k.normal_()
         v.normal_()

@@ -5,15 +5,13 @@ from array import array
 from itertools import takewhile
 
 import pytest
-import torch
 
 from zllm_core.cache.block_hash import chain_keys
-from zllm_core.cache.block_pool import BlockPool, KVLayout
+from zllm_core.cache.block_pool import BlockPool
 from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
 from zllm_core.cache.scope import CacheHint, Scope
 
 BS = 4
-LAYOUT = KVLayout(num_layers=1, num_kv_heads=1, head_dim=4, dtype=torch.float32, block_size=BS)
 SCOPE_A = Scope("model-a").digest()
 SCOPE_B = Scope("model-a", tenant="other").digest()
 
@@ -50,7 +48,7 @@ def test_unchained_block_keys_would_share_a_block_across_different_histories():
 
 
 def test_a_second_scope_never_hits():
-    cache = PrefixCache(BlockPool(LAYOUT, 32))
+    cache = PrefixCache(BlockPool(32, BS))
     tokens = list(range(20))
     run_request(cache, "a", tokens)
     assert run_request(cache, "b", tokens, scope=SCOPE_B)[0].kind == "cold"
@@ -58,7 +56,7 @@ def test_a_second_scope_never_hits():
 
 
 def test_match_never_covers_the_final_prompt_token():
-    cache = PrefixCache(BlockPool(LAYOUT, 32))
+    cache = PrefixCache(BlockPool(32, BS))
     tokens = list(range(16))  # exactly four blocks
     run_request(cache, "a", tokens)
     hit, _ = run_request(cache, "b", tokens)
@@ -66,7 +64,7 @@ def test_match_never_covers_the_final_prompt_token():
 
 
 def test_shared_blocks_carry_one_reference_per_user_plus_the_index():
-    pool = BlockPool(LAYOUT, 32)
+    pool = BlockPool(32, BS)
     cache = PrefixCache(pool)
     prefix = list(range(12))
     _, t1 = run_request(cache, "a", prefix + [100, 101], finish=False)
@@ -83,7 +81,7 @@ def test_shared_blocks_carry_one_reference_per_user_plus_the_index():
 
 
 def test_eviction_takes_unused_blocks_tail_first_and_never_one_in_use():
-    pool = BlockPool(LAYOUT, 32)
+    pool = BlockPool(32, BS)
     cache = PrefixCache(pool)
     _, done = run_request(cache, "a", list(range(12)) + [0])
     _, busy = run_request(cache, "b", list(range(50, 62)) + [0], finish=False)
@@ -94,7 +92,7 @@ def test_eviction_takes_unused_blocks_tail_first_and_never_one_in_use():
 
 
 def test_exact_cache_id_is_verified_against_the_tokens():
-    cache = PrefixCache(BlockPool(LAYOUT, 64))
+    cache = PrefixCache(BlockPool(64, BS))
     first = list(range(20))
     run_request(cache, "a", first, cache_id="conv-1")
     hit, _ = run_request(cache, "b", first + [7, 7, 7, 7, 7], cache_id="conv-1")
@@ -106,7 +104,7 @@ def test_exact_cache_id_is_verified_against_the_tokens():
 
 
 def test_an_id_two_conversations_share_still_finds_the_longest_prefix():
-    cache = PrefixCache(BlockPool(LAYOUT, 64))
+    cache = PrefixCache(BlockPool(64, BS))
     system = list(range(8))
     a, b = system + [1] * 12, system + [2] * 12
     run_request(cache, "a", a, cache_id="shared")
@@ -123,7 +121,7 @@ def test_cache_hint_scopes_by_tenant_and_salt():
 
 
 def test_near_miss_is_logged_with_position_and_both_sides(caplog):
-    cache = PrefixCache(BlockPool(LAYOUT, 1024), describe=lambda ids: " ".join(map(str, ids)))
+    cache = PrefixCache(BlockPool(1024, BS), describe=lambda ids: " ".join(map(str, ids)))
     history = list(range(1200))
     run_request(cache, "a", history)
     forked = history[:1100] + [-1] + history[1101:] + [5, 5]
@@ -136,7 +134,7 @@ def test_near_miss_is_logged_with_position_and_both_sides(caplog):
 
 
 def test_round_limit_drops_old_terminal_states_but_not_shared_blocks():
-    cache = PrefixCache(BlockPool(LAYOUT, 256), max_rounds=2)
+    cache = PrefixCache(BlockPool(256, BS), max_rounds=2)
     tokens = list(range(8))
     for turn in range(4):
         tokens = tokens + [turn] * 8
@@ -148,13 +146,13 @@ def test_round_limit_drops_old_terminal_states_but_not_shared_blocks():
 
 @pytest.mark.parametrize("algo", ["sha256", "fast128"])
 def test_both_hash_algorithms_serve_hits(algo):
-    cache = PrefixCache(BlockPool(LAYOUT, 32), hash_algo=algo)
+    cache = PrefixCache(BlockPool(32, BS), hash_algo=algo)
     run_request(cache, "a", list(range(10)))
     assert run_request(cache, "b", list(range(10)))[0].num_tokens == 8
 
 
 def test_keyless_lookup_reuses_the_closest_sessions_keys_and_hashes_only_the_rest():
-    cache = PrefixCache(BlockPool(LAYOUT, 64))
+    cache = PrefixCache(BlockPool(64, BS))
     history = list(range(100, 140))  # ten full blocks
     run_request(cache, "turn1", history)
     hashed = cache.stats.hashed_blocks
@@ -164,7 +162,7 @@ def test_keyless_lookup_reuses_the_closest_sessions_keys_and_hashes_only_the_res
 
 
 def test_keyless_lookup_finds_blocks_another_branch_registered_past_the_closest_session():
-    cache = PrefixCache(BlockPool(LAYOUT, 64))
+    cache = PrefixCache(BlockPool(64, BS))
     prefix, theirs = list(range(8)), list(range(50, 66))
     run_request(cache, "done", prefix + [7] * 8)  # a session sharing two blocks
     _, running = run_request(cache, "running", prefix + theirs, finish=False)  # no session yet
@@ -186,7 +184,7 @@ def reference_match(cache: PrefixCache, tokens: list[int], scope: bytes):
 @pytest.mark.parametrize("seed", range(4))
 def test_keyless_matches_equal_hashing_every_block_and_comparing_every_session(seed):
     rng = random.Random(seed)
-    cache = PrefixCache(BlockPool(LAYOUT, 4096))
+    cache = PrefixCache(BlockPool(4096, BS))
     convs: list[list[int]] = [[rng.randrange(4) for _ in range(rng.randrange(1, 30))]]
     running = []
     for turn in range(60):
@@ -208,7 +206,7 @@ def test_keyless_matches_equal_hashing_every_block_and_comparing_every_session(s
 
 
 def test_eviction_follows_each_blocks_latest_release():
-    pool = BlockPool(LAYOUT, 32)
+    pool = BlockPool(32, BS)
     cache = PrefixCache(pool)
     _, first = run_request(cache, "first", list(range(12)) + [0])
     _, second = run_request(cache, "second", list(range(50, 62)) + [0])
@@ -220,7 +218,7 @@ def test_eviction_follows_each_blocks_latest_release():
 
 
 def test_releasing_one_prefix_over_and_over_keeps_the_eviction_queue_within_twice_the_pool():
-    pool = BlockPool(LAYOUT, 16)
+    pool = BlockPool(16, BS)
     cache = PrefixCache(pool)
     _, early = run_request(cache, "early", list(range(50, 62)) + [0])
     prefix = list(range(12))

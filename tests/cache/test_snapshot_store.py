@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from zllm_core.cache.block_pool import BlockPool, KVLayout
+from zllm_core.cache.block_pool import BlockPool
+from zllm_core.cache.kv_storage import KVLayout, KVStorage
 from zllm_core.cache.snapshot_format import verify
 from zllm_core.cache.snapshot_store import SessionRecord, SnapshotStore
 from zllm_core.cache.ssd_tier import SSDConfig, SSDTier
@@ -108,10 +109,10 @@ def test_an_index_row_naming_another_blocks_slot_is_refused(tmp_path):
     store = SnapshotStore(tmp_path, LAYOUT, BUDGET)
     keys = commit(store, 4, 9)
     store._db().execute("UPDATE blocks SET slot = 2 WHERE key = ?", (keys[0],))  # the index lies
-    pool = BlockPool(KVLayout(2, 1, 8, torch.float32, 4), 8)
+    pool = BlockPool(8, 4)
     store.close()
-    tier = SSDTier(pool, SSDConfig(str(tmp_path), BUDGET))
-    assert tier.restore(tier.locate(keys[:1]), SCOPE, pool.allocate) is None
+    tier = SSDTier(KVStorage(KVLayout(2, 1, 8, torch.float32, 4), 8), SSDConfig(str(tmp_path), BUDGET))
+    assert tier.restore(tier.locate(keys[:1]), SCOPE, pool.allocate, pool.free) is None
     assert tier.stats.quarantined == 1 and pool.num_free == 8
     tier.close()
 
@@ -122,8 +123,9 @@ def test_kill_9_during_heavy_writing_never_leaves_a_corrupt_restore(tmp_path):
     half-written is ever indexed), and what the crash left is collected."""
     rng = random.Random(22)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    pool = BlockPool(KVLayout(LAYOUT.num_layers, LAYOUT.num_kv_heads, LAYOUT.head_dim, torch.float32,
-                              LAYOUT.block_size), BUDGET // LAYOUT.bytes_per_block)
+    layout = KVLayout(LAYOUT.num_layers, LAYOUT.num_kv_heads, LAYOUT.head_dim, torch.float32, LAYOUT.block_size)
+    storage = KVStorage(layout, BUDGET // LAYOUT.bytes_per_block)
+    pool = BlockPool(storage.num_blocks, LAYOUT.block_size)
     restored = 0
     for _ in range(50):
         proc = subprocess.Popen([sys.executable, str(REPO / "tests/cache/crash_writer.py"), str(tmp_path)],
@@ -133,12 +135,12 @@ def test_kill_9_during_heavy_writing_never_leaves_a_corrupt_restore(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         proc.stdout.close()
-        tier = SSDTier(pool, SSDConfig(str(tmp_path), BUDGET))
+        tier = SSDTier(storage, SSDConfig(str(tmp_path), BUDGET))
         assert not list((tmp_path / "blobs").glob("*.tmp"))
         keys = list(tier.store.keys)
-        blocks = tier.restore(tier.locate(keys), SCOPE, pool.allocate) if keys else []
+        blocks = tier.restore(tier.locate(keys), SCOPE, pool.allocate, pool.free) if keys else []
         assert blocks is not None and tier.stats.failed_restores == 0
-        data = pool.gather(blocks).view(torch.uint8).reshape(len(blocks), -1).numpy()
+        data = storage.gather(blocks).view(torch.uint8).reshape(len(blocks), -1).numpy()
         assert all(np.array_equal(row, block_bytes(k)) for k, row in zip(keys, data))
         restored += len(blocks)
         pool.free(blocks)

@@ -8,7 +8,8 @@ import pytest
 import torch
 import xxhash
 
-from zllm_core.cache.block_pool import BlockPool, KVLayout
+from zllm_core.cache.block_pool import BlockPool
+from zllm_core.cache.kv_storage import KVLayout, KVStorage
 from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
 from zllm_core.cache.scope import Scope
 from zllm_core.cache.snapshot_format import _FIXED
@@ -21,16 +22,16 @@ OTHER = Scope("model-a", tenant="other").digest()
 
 
 def make_cache(path, num_blocks=16, budget=1 << 30):
-    pool = BlockPool(LAYOUT, num_blocks)
-    return PrefixCache(pool, ssd=SSDTier(pool, SSDConfig(str(path), budget)))
+    pool = BlockPool(num_blocks, BS)
+    return PrefixCache(pool, ssd=SSDTier(KVStorage(LAYOUT, num_blocks), SSDConfig(str(path), budget)))
 
 
-def fill(pool, table, tokens):
+def fill(storage, table, tokens):
     """Stand-in for the model: K/V of position p is a function of the tokens up to p."""
     prefix = np.cumsum(np.asarray(tokens, dtype=np.float64) % 9973) % 1e6
     for p in range(len(tokens)):
         block, slot = table[p // BS], p % BS
-        for layer, (k, v) in enumerate(pool.kv_caches):
+        for layer, (k, v) in enumerate(storage.kv_caches):
             k[block, slot] = float(prefix[p]) + layer
             v[block, slot] = -float(prefix[p]) - layer
 
@@ -38,14 +39,14 @@ def fill(pool, table, tokens):
 def run_request(cache, rid, tokens, scope=SCOPE, cache_id=None):
     """What the scheduler and engine do for a request whose prompt is prefilled in one step;
     the restored K/V must equal what the stand-in model computes."""
-    pool = cache.pool
+    pool, storage = cache.pool, cache.ssd.storage
     hit = cache.match(rid, tokens, CacheRequest(scope, cache_id))
-    expected = BlockPool(LAYOUT, len(hit.blocks) + 1)
+    expected = KVStorage(LAYOUT, len(hit.blocks) + 1)
     fill(expected, list(range(len(hit.blocks) + 1)), tokens[:hit.num_tokens])
-    restored = pool.gather(hit.blocks)
+    restored = storage.gather(hit.blocks)
     assert torch.equal(restored, expected.gather(range(len(hit.blocks)))), "wrong K/V restored"
     table = hit.blocks + pool.allocate(-(-len(tokens) // BS) - len(hit.blocks))
-    fill(pool, table, tokens)
+    fill(storage, table, tokens)
     cache.commit(rid, tokens, table, len(tokens))
     pool.free(table)
     cache.release(rid, table, tokens)

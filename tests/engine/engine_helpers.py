@@ -3,10 +3,10 @@ import random
 
 import torch
 
-from zllm_core.engine.model_runner import build_metadata
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.engine.scheduler import Batch, Chunk, TaskKind
 from zllm_core.engine.sequence import Sequence
+from zllm_core.engine.step_inputs import InputBuffers
 from zllm_core.model.attention_backend import ForwardContext
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
@@ -30,15 +30,15 @@ def run_all(engine, prompts, params=GREEDY, **kw):
 
 def full_recompute_logits(engine, tokens):
     """All-position logits of ``tokens`` from one prefill in a fresh set of blocks."""
-    pool = engine.pool
+    pool = engine.kv.pool
     seq = Sequence("full", tokens, GREEDY, arrival=0)
     seq.block_table = pool.allocate(-(-len(tokens) // pool.block_size))
     try:
-        ids, pos, meta = build_metadata(Batch([Chunk(seq, 0, len(tokens), TaskKind.NEW_PREFILL)]),
-                                        pool.block_size, engine.device)
+        buffers = InputBuffers(1, len(seq.block_table), len(tokens), pool.block_size, engine.device)
+        step = buffers.prepare(Batch([Chunk(seq, 0, len(tokens), TaskKind.NEW_PREFILL)], num_decodes=0))
+        ctx = ForwardContext(step.meta, engine.runner.storage.kv_caches, engine.runner.backend)
         with torch.inference_mode():
-            hidden = engine.model(ids, pos, ForwardContext(meta, pool.kv_caches, engine.runner.backend))
-            return engine.model.compute_logits(hidden)
+            return engine.model.compute_logits(engine.model(step.input_ids, step.positions, ctx))
     finally:
         pool.free(seq.block_table)
 

@@ -41,7 +41,7 @@ def test_a_consumer_that_goes_away_aborts_its_request_and_frees_its_blocks(async
             break
         await stream.aclose()
         for _ in range(200):
-            if async_engine.engine.pool.is_empty() and not async_engine.engine.has_unfinished():
+            if async_engine.engine.kv.pool.is_empty() and not async_engine.engine.has_unfinished():
                 return True
             await asyncio.sleep(0.01)
         return False
@@ -72,7 +72,7 @@ def test_a_failing_hook_fails_its_request_and_the_others_finish(async_engine):
     good, failed = asyncio.run(main())
     assert good[-1].finish_reason == "length"
     assert isinstance(failed, EngineError) and not failed.refused and "fence state lost" in str(failed)
-    assert async_engine.engine.pool.is_empty()
+    assert async_engine.engine.kv.pool.is_empty()
 
 
 def test_an_explicit_abort_ends_the_stream_with_abort(async_engine):

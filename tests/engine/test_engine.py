@@ -42,7 +42,7 @@ def test_chunked_prefill_gives_the_same_tokens(make_engine):
 def test_thousand_random_requests_with_cancellations_and_preemptions_leave_the_pool_empty(make_engine, demo_model):
     block_bytes = 16 * 2 * 2 * 64 * 4 * demo_model.config.num_layers
     engine = make_engine(kv_cache_bytes=12 * block_bytes, max_num_seqs=16, max_num_batched_tokens=192)
-    assert engine.pool.num_blocks == 12  # 16 running sequences outgrow it: preemption is forced
+    assert engine.kv.pool.num_blocks == 12  # 16 running sequences outgrow it: preemption is forced
     rng = random.Random(7)
     pending = list(range(1000))
     live: list[str] = []
@@ -63,8 +63,8 @@ def test_thousand_random_requests_with_cancellations_and_preemptions_leave_the_p
                 finished += 1
                 live.remove(out.request_id)
     assert engine.scheduler.num_preemptions > 0 and finished > 500
-    engine.cache.clear()
-    assert engine.pool.is_empty()
+    engine.kv.cache.clear()
+    assert engine.kv.pool.is_empty()
 
 
 def test_seeded_sampling_is_reproducible_and_seeds_differ(make_engine):

@@ -27,7 +27,7 @@ def test_hits_at_every_offset_relative_to_block_boundaries_equal_a_full_prefill(
         reference = full_recompute_logits(cold, prompt)[-1]
         assert (logits - reference).abs().max() <= 1e-5, shared
         assert out == run_all(cold, [prompt], SamplingParams(max_tokens=4, temperature=0.0))[0]
-    hits = cached.cache.stats
+    hits = cached.kv.cache.stats
     assert hits.cached_tokens == sum((s // 16) * 16 for s in range(14, 50))
 
 
@@ -56,6 +56,6 @@ def test_after_every_request_finishes_and_the_index_is_cleared_the_pool_is_empty
     engine = make_engine()
     prefix = list(range(3000, 3040))
     run_all(engine, [prefix + [i] * 3 for i in range(6)])
-    assert len(engine.cache.index) > 0
-    engine.cache.clear()
-    assert engine.pool.is_empty()
+    assert len(engine.kv.cache.index) > 0
+    engine.kv.cache.clear()
+    assert engine.kv.pool.is_empty()

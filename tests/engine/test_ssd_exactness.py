@@ -27,7 +27,7 @@ def push_out(engine, rng):
     """Prompts of other conversations until the first one's blocks are evicted to disk."""
     for _ in range(2):
         run_all(engine, [random_tokens(rng, 150)], GREEDY)
-    engine.cache.ssd.writer.flush()
+    engine.kv.cache.ssd.writer.flush()
 
 
 def first_logits_and_output(engine, prompt, **kw):
@@ -45,12 +45,12 @@ def test_logits_after_an_ssd_restore_equal_a_full_prefill(small_engines, shared)
     run_all(engine, [base], GREEDY)
     push_out(engine, rng)
     prompt = base[:shared] + random_tokens(rng, 5)
-    cached_before = engine.cache.stats.cached_tokens
+    cached_before = engine.kv.cache.stats.cached_tokens
     logits, out = first_logits_and_output(engine, prompt)
     assert (logits - full_recompute_logits(cold, prompt)[-1]).abs().max() <= 1e-5
     assert out == run_all(cold, [prompt], GREEDY)[0]
-    assert engine.cache.stats.lookups["ssd_longest_prefix"] == 1
-    assert engine.cache.stats.cached_tokens - cached_before == shared // 16 * 16
+    assert engine.kv.cache.stats.lookups["ssd_longest_prefix"] == 1
+    assert engine.kv.cache.stats.cached_tokens - cached_before == shared // 16 * 16
     assert engine.metrics()["ssd"]["restored_tokens"] >= 64  # the rest was still on the device
 
 
@@ -64,7 +64,7 @@ def test_a_restarted_engine_restores_the_conversation_from_disk(small_engines):
     restarted = make()
     engine_out = run_all(restarted, [turn2], GREEDY)
     assert engine_out == run_all(cold, [turn2], GREEDY)
-    assert restarted.cache.stats.cached_tokens == (len(turn1) + len(answer) - 1) // 16 * 16
+    assert restarted.kv.cache.stats.cached_tokens == (len(turn1) + len(answer) - 1) // 16 * 16
 
 
 def test_a_corrupt_snapshot_is_counted_and_the_request_served_as_a_miss(small_engines, tmp_path):
@@ -81,5 +81,5 @@ def test_a_corrupt_snapshot_is_counted_and_the_request_served_as_a_miss(small_en
     assert run_all(engine, [prompt], GREEDY) == run_all(cold, [prompt], GREEDY)
     ssd = engine.metrics()["ssd"]
     assert ssd["quarantined"] >= 1 and ssd["hits"] == 0
-    engine.cache.clear()
-    assert engine.pool.is_empty()
+    engine.kv.cache.clear()
+    assert engine.kv.pool.is_empty()

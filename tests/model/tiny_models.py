@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import transformers
 
-from zllm_core.cache.block_pool import BlockPool, KVLayout
+from zllm_core.cache.kv_storage import KVLayout, KVStorage
 from zllm_core.model.attention_backend import AttentionMetadata, ForwardContext
 from zllm_core.model.causal_lm import CausalLM
 from zllm_core.model.torch_attention import TorchAttention
@@ -52,9 +52,9 @@ class SingleSequence:
         cfg = model.config
         layout = KVLayout(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, model.dtype, BLOCK_SIZE)
         n_blocks = -(-max_tokens // BLOCK_SIZE)
-        self.pool = BlockPool(layout, 2 * n_blocks + 1)
+        self.storage = KVStorage(layout, 2 * n_blocks + 1)
         # Every other block, reversed: the block table, not adjacency, must decide where KV lives.
-        self.blocks = self.pool.allocate(2 * n_blocks + 1)[::-2][:n_blocks]
+        self.blocks = list(range(2 * n_blocks, -1, -2))[:n_blocks]
         self.model = model
         self.length = 0
 
@@ -73,6 +73,6 @@ class SingleSequence:
             max_query_len=n,
             max_seq_len=self.length,
         )
-        ctx = ForwardContext(meta, self.pool.kv_caches, TorchAttention())
+        ctx = ForwardContext(meta, self.storage.kv_caches, TorchAttention())
         hidden = self.model(torch.tensor(token_ids), positions, ctx)
         return self.model.compute_logits(hidden)

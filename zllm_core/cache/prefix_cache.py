@@ -204,7 +204,7 @@ class PrefixCache:
         """Extend the device blocks with the SSD tier's run after them, restored into the pool."""
         keys, ssd_kind = self._ssd_keys(tokens, request, usable, keys, len(blocks))
         located = self.ssd.locate(keys[len(blocks):usable])
-        restored = self.ssd.restore(located, request.scope, self._take) if located else None
+        restored = self.ssd.restore(located, request.scope, self._take, self.pool.free) if located else None
         if not restored:
             return keys, blocks, kind
         self.index.register(keys[len(blocks):len(blocks) + len(restored)], restored, request.scope)

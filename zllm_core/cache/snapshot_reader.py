@@ -18,7 +18,7 @@ from typing import BinaryIO, Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from zllm_core.cache.block_pool import BlockPool
+from zllm_core.cache.kv_storage import KVStorage
 from zllm_core.cache.snapshot_format import BadSnapshot, BlobHeader, verify
 from zllm_core.cache.snapshot_store import BlockLocation, SnapshotStore
 
@@ -66,10 +66,11 @@ def staging_buffers(bytes_per_block: int) -> np.ndarray:
     return np.empty((DEPTH + 2, stage_blocks(bytes_per_block), bytes_per_block), dtype=np.uint8)
 
 
-def restore(store: SnapshotStore, pool: BlockPool, locations: Sequence[BlockLocation], scope: bytes,
-            allocate: Callable[[int], list[int]], staging: np.ndarray) -> list[int]:
+def restore(store: SnapshotStore, storage: KVStorage, locations: Sequence[BlockLocation], scope: bytes,
+            allocate: Callable[[int], list[int]], release: Callable[[list[int]], None],
+            staging: np.ndarray) -> list[int]:
     """Blocks holding the located K/V, in ``locations`` order; raises RestoreFailed having
-    returned every block it took."""
+    released every block it took."""
     blobs = _open_all(store, locations, scope)
     stages = plan(locations, store.layout.bytes_per_block)
     reader = _Reader(blobs, stages, staging)
@@ -79,12 +80,12 @@ def restore(store: SnapshotStore, pool: BlockPool, locations: Sequence[BlockLoca
         for stage, data in reader:
             ids = allocate(len(stage.positions))
             taken += ids
-            pool.scatter(ids, _as_kv(data, pool, len(ids)))
+            storage.scatter(ids, _as_kv(data, storage, len(ids)))
             blocks[stage.positions] = ids
         return blocks.tolist()
     except BaseException:
         if taken:
-            pool.free(taken)
+            release(taken)
         raise
     finally:
         reader.stop()
@@ -120,8 +121,8 @@ def _open(store: SnapshotStore, loc: BlockLocation, scope: bytes) -> tuple[Binar
         raise RestoreFailed(f"blob {loc.generation}: {exc}", loc) from None
 
 
-def _as_kv(data: np.ndarray, pool: BlockPool, n: int) -> torch.Tensor:
-    lay = pool.layout
+def _as_kv(data: np.ndarray, storage: KVStorage, n: int) -> torch.Tensor:
+    lay = storage.layout
     return torch.from_numpy(data).view(lay.dtype).view(
         n, lay.num_layers, 2, lay.block_size, lay.num_kv_heads, lay.head_dim)
 

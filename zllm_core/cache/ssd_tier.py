@@ -17,7 +17,8 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from zllm_core.cache import snapshot_reader
-from zllm_core.cache.block_pool import BlockPool, KVLayout, OutOfBlocks
+from zllm_core.cache.block_pool import OutOfBlocks
+from zllm_core.cache.kv_storage import KVLayout, KVStorage
 from zllm_core.cache.snapshot_format import BlobLayout
 from zllm_core.cache.snapshot_reader import RestoreFailed
 from zllm_core.cache.snapshot_store import BlockLocation, SessionRecord, SnapshotStore
@@ -52,14 +53,15 @@ def blob_layout(layout: KVLayout) -> BlobLayout:
 
 
 class SSDTier:
-    def __init__(self, pool: BlockPool, config: SSDConfig):
-        self.pool = pool
+    def __init__(self, storage: KVStorage, config: SSDConfig):
+        self.storage = storage
+        self.layout = storage.layout
         self.config = config
-        self.store = SnapshotStore(config.directory, blob_layout(pool.layout), config.budget_bytes)
+        self.store = SnapshotStore(config.directory, blob_layout(self.layout), config.budget_bytes)
         self.writer = SnapshotWriter(self.store, config.max_pending_bytes)
         self.stats = SSDStats()
-        self._batch = max(1, BACKUP_BATCH_BYTES // pool.layout.bytes_per_block)
-        self._staging = snapshot_reader.staging_buffers(pool.layout.bytes_per_block)
+        self._batch = max(1, BACKUP_BATCH_BYTES // self.layout.bytes_per_block)
+        self._staging = snapshot_reader.staging_buffers(self.layout.bytes_per_block)
 
     def holds(self, key: bytes) -> bool:
         """On disk, or queued to be."""
@@ -74,7 +76,7 @@ class SSDTier:
         for scope, picked in by_scope.items():
             for start in range(0, len(picked), self._batch):
                 part = picked[start:start + self._batch]
-                data = self.pool.gather([blocks[i] for i in part]).cpu().contiguous()
+                data = self.storage.gather([blocks[i] for i in part]).cpu().contiguous()
                 self.writer.put(BlockBackup(scope, tuple(keys[i] for i in part),
                                             data.view(torch.uint8).reshape(len(part), -1).numpy()))
                 self.stats.backed_up_blocks += len(part)
@@ -89,11 +91,13 @@ class SSDTier:
         return self.store.locate(keys)
 
     def restore(self, located: Sequence[BlockLocation], scope: bytes,
-                allocate: Callable[[int], list[int]]) -> Optional[list[int]]:
-        """Pool blocks holding the located K/V, or None (every block returned) on failure."""
+                allocate: Callable[[int], list[int]], release: Callable[[list[int]], None]) -> Optional[list[int]]:
+        """Blocks from ``allocate`` holding the located K/V, or None on failure, every block
+        taken handed to ``release``."""
         start = time.perf_counter()
         try:
-            blocks = snapshot_reader.restore(self.store, self.pool, located, scope, allocate, self._staging)
+            blocks = snapshot_reader.restore(self.store, self.storage, located, scope, allocate, release,
+                                             self._staging)
         except RestoreFailed as exc:
             self.stats.failed_restores += 1
             if exc.bad is not None:
@@ -106,8 +110,8 @@ class SSDTier:
             return None
         self.store.touch(sorted({loc.snapshot for loc in located}))
         self.stats.hits += 1
-        self.stats.restored_tokens += len(blocks) * self.pool.block_size
-        self.stats.bytes_read += len(blocks) * self.pool.layout.bytes_per_block
+        self.stats.restored_tokens += len(blocks) * self.layout.block_size
+        self.stats.bytes_read += len(blocks) * self.layout.bytes_per_block
         self.stats.restore_seconds += time.perf_counter() - start
         return blocks
 

@@ -1,7 +1,8 @@
 """An asyncio front for the engine: the step loop runs on its own thread, requests stream events.
 
 Everything that touches engine state (adding, aborting, stepping) happens on the engine
-thread; the event loop only submits commands and receives outputs.
+thread; the event loop only submits commands and receives token ids, which each request's
+output processor turns into text on the loop.
 """
 from __future__ import annotations
 
@@ -10,30 +11,17 @@ import itertools
 import logging
 import queue
 import threading
-from dataclasses import dataclass
 from typing import Any, AsyncIterator, Optional
 
 import numpy as np
 
 from zllm_core.cache.scope import CacheHint
 from zllm_core.cache.token_ids import TokenIds
-from zllm_core.engine.llm_engine import EngineConfig, LLMEngine, RequestOutput
-from zllm_core.engine.sampler import TokenLogprob
+from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
+from zllm_core.engine.output_processor import GenerationEvent, OutputProcessor
 from zllm_core.engine.sampling_params import SamplingParams
 
 log = logging.getLogger("zllm.engine")
-
-
-@dataclass(frozen=True)
-class GenerationEvent:
-    token_ids: list[int]
-    text: str
-    finish_reason: Optional[str]
-    stop_string: Optional[str]
-    prompt_tokens: int
-    cached_tokens: int
-    completion_tokens: int
-    logprobs: Optional[list[TokenLogprob]] = None
 
 
 class EngineError(RuntimeError):
@@ -92,6 +80,8 @@ class AsyncEngine:
         sink: asyncio.Queue = asyncio.Queue()
         self._sinks[rid] = (asyncio.get_running_loop(), sink)
         self._submit(("add", rid, prompt, params, cache))
+        tokenizer = self.engine.tokenizer
+        processor = OutputProcessor(tokenizer.decode_bytes if tokenizer is not None else None, params.stop)
         finished = False
         try:
             while True:
@@ -99,17 +89,21 @@ class AsyncEngine:
                 if isinstance(item, Exception):
                     finished = True
                     raise item
-                yield item
-                if item.finish_reason is not None:
-                    finished = True
+                event = processor.process(item)
+                if event.finish_reason is not None and item.finish_reason is None:
+                    self._submit(("abort", rid, "stop", False))  # a stop string: the engine has not seen it
+                finished = event.finish_reason is not None
+                yield event
+                if finished:
                     return
         finally:
             self._sinks.pop(rid, None)
             if not finished:  # the consumer went away: free the request's blocks
-                self._submit(("abort", rid))
+                self._submit(("abort", rid, "abort", False))
 
     def abort(self, request_id: str) -> None:
-        self._submit(("abort", request_id))
+        """End a request; its stream receives a final ``abort`` event."""
+        self._submit(("abort", request_id, "abort", True))
 
     def shutdown(self) -> None:
         self._closed = True
@@ -140,8 +134,7 @@ class AsyncEngine:
             self._wake.clear()
             return
         for out in self.engine.step():
-            item = EngineError(out.error, refused=False) if out.error else _event(out)
-            self._deliver(out.request_id, item)
+            self._deliver(out.request_id, EngineError(out.error, refused=False) if out.error else out)
 
     def _drain_commands(self) -> None:
         while True:
@@ -156,9 +149,12 @@ class AsyncEngine:
                 except ValueError as exc:
                     self._deliver(rid, EngineError(str(exc), refused=True))
             else:
-                out = self.engine.abort(command[1])
-                if out is not None:
-                    self._deliver(out.request_id, _event(out))
+                # Only an abort from outside has a stream waiting for it: after a stream's own
+                # end the id may already name a new request.
+                _, rid, reason, notify = command
+                out = self.engine.abort(rid, reason)
+                if out is not None and notify:
+                    self._deliver(rid, out)
 
     def _fail_all(self, message: str) -> None:
         self.engine.abort_all()
@@ -175,7 +171,3 @@ class AsyncEngine:
         except RuntimeError:  # that client's event loop is gone; nobody is waiting
             self._sinks.pop(rid, None)
 
-
-def _event(out: RequestOutput) -> GenerationEvent:
-    return GenerationEvent(out.new_token_ids, out.text, out.finish_reason, out.stop_string,
-                           out.prompt_tokens, out.cached_tokens, out.completion_tokens, out.logprobs)

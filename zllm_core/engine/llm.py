@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Optional, Sequence, Union
 
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
+from zllm_core.engine.output_processor import OutputProcessor
 from zllm_core.engine.sampling_params import SamplingParams
 
 Prompt = Union[str, Sequence[int]]
@@ -47,14 +48,18 @@ class LLM:
             for rid in added:  # all or nothing: no orphan requests left queued
                 self.engine.abort(rid)
             raise
+        processors = {rid: OutputProcessor(self.tokenizer.decode_bytes, params.stop) for rid in order}
         tokens = {rid: [] for rid in order}
         texts = {rid: [] for rid in order}
         done = {}
         while len(done) < len(order):
             for out in self.engine.step():
-                tokens[out.request_id] += out.new_token_ids
-                texts[out.request_id].append(out.text)
-                if out.finished:
-                    done[out.request_id] = out
+                event = processors[out.request_id].process(out)
+                tokens[out.request_id] += event.token_ids
+                texts[out.request_id].append(event.text)
+                if event.finish_reason is not None:
+                    done[out.request_id] = event
+                    if not out.finished:
+                        self.engine.abort(out.request_id, "stop")
         return [Completion(ids, tokens[rid], "".join(texts[rid]), done[rid].finish_reason,
                            done[rid].cached_tokens) for rid, ids in zip(order, encoded)]

@@ -1,7 +1,7 @@
-"""The engine step: schedule -> run the model -> sample -> post-process.
+"""The engine step: schedule -> run the model -> sample -> append.
 
-It works on token ids; text appears only in the detokenizer that turns finished
-tokens into stream text and applies stop strings.
+It works on token ids only: text, stop strings and protocol events are the output
+processor's, on the consumer's side.
 """
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from zllm_core.cache.block_pool import BlockPool, KVLayout
+from zllm_core.cache.block_pool import BlockPool
+from zllm_core.cache.kv_cache_manager import KVCacheManager
+from zllm_core.cache.kv_storage import KVLayout, KVStorage
 from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
 from zllm_core.cache.scope import CacheHint, Scope, model_manifest, tokenizer_manifest
 from zllm_core.cache.ssd_tier import SSDConfig, SSDTier
 from zllm_core.cache.token_ids import TokenIds
-from zllm_core.engine.detokenizer import StreamDetokenizer
 from zllm_core.engine.device import resolve_device
 from zllm_core.engine.model_runner import ModelRunner
 from zllm_core.engine.sampler import (TokenLogprob, apply_fence_rows, apply_hooks, fence_rows, sample,
@@ -63,14 +64,13 @@ def context_length(config: EngineConfig, trained: int) -> int:
 class RequestOutput:
     request_id: str
     new_token_ids: list[int]
-    text: str  # newly released text
     finish_reason: Optional[str]  # "stop" | "length" | "abort" once finished
-    stop_string: Optional[str]  # which stop string ended it, if one did
     error: Optional[str]  # set when the request failed (its logits hook raised)
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
     logprobs: Optional[list[TokenLogprob]] = None  # one per new token, when the request asked
+    stop_token: bool = False  # the last new token is a stop token (EOS): it has no text
 
     @property
     def finished(self) -> bool:
@@ -88,22 +88,24 @@ class LLMEngine:
         self.max_model_len = context_length(config, mc.max_position_embeddings)
         dtype = next(model.parameters()).dtype
         layout = KVLayout(mc.num_layers, mc.num_kv_heads, mc.head_dim, dtype, config.block_size)
-        self.pool = BlockPool.from_budget(layout, config.kv_cache_bytes, self.device)
-        self.cache = None
+        storage = KVStorage(layout, layout.blocks_in(config.kv_cache_bytes), self.device)
+        pool = BlockPool(storage.num_blocks, config.block_size)
+        cache = None
         if config.enable_prefix_cache:
             describe = tokenizer.decode if tokenizer is not None else repr
-            ssd = (SSDTier(self.pool, SSDConfig(config.ssd_cache_dir, config.ssd_cache_bytes))
+            ssd = (SSDTier(storage, SSDConfig(config.ssd_cache_dir, config.ssd_cache_bytes))
                    if config.ssd_cache_dir else None)
-            self.cache = PrefixCache(self.pool, config.block_hash, describe=describe, ssd=ssd)
-        sched_config = SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens)
-        self.scheduler = Scheduler(self.pool, sched_config, self.cache)
-        self.runner = ModelRunner(model, self.pool, select_backend(self.device, config.attention_backend), self.device)
+            cache = PrefixCache(pool, config.block_hash, describe=describe, ssd=ssd)
+        self.kv = KVCacheManager(pool, cache)
+        self.scheduler = Scheduler(self.kv, SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens))
+        backend = select_backend(self.device, config.attention_backend)
+        self.runner = ModelRunner(model, storage, backend, self.device, config.max_num_seqs,
+                                  self.max_model_len, config.max_num_batched_tokens)
         self.eos_token_ids = frozenset(mc.eos_token_ids)
         # Checkpoints pad the output head past the tokenizer (Qwen: 151936 rows, 151669
         # tokens); a padding id has no text, so it must never be sampled.
         self.sampleable = min(mc.vocab_size, tokenizer.vocab_size) if tokenizer is not None else mc.vocab_size
         self._seqs: dict[str, Sequence] = {}
-        self._detok: dict[str, StreamDetokenizer] = {}
         self._arrivals = itertools.count()
 
     @classmethod
@@ -131,13 +133,11 @@ class LLMEngine:
         prompt_ids = np.asarray(prompt_ids)
         self._validate_prompt(prompt_ids)
         seq = Sequence(request_id, prompt_ids, params, next(self._arrivals))
-        if cache is not None and self.cache is not None:
+        if cache is not None and self.kv.cache is not None:
             seq.cache = CacheRequest(cache.scope(self.scope).digest(), cache.cache_id)
         if params.seed is not None:
             seq.generator = torch.Generator(self.device).manual_seed(params.seed)
         self._seqs[request_id] = seq
-        if self.tokenizer is not None:
-            self._detok[request_id] = StreamDetokenizer(self.tokenizer.decode_bytes, params.stop)
         self.scheduler.add(seq)
 
     def _validate_prompt(self, prompt_ids: np.ndarray) -> None:
@@ -152,16 +152,18 @@ class LLMEngine:
         lo, hi = int(prompt_ids.min()), int(prompt_ids.max())
         if lo < 0 or hi >= vocab:
             raise ValueError(f"prompt token id {lo if lo < 0 else hi} is outside the vocabulary (size {vocab})")
-        capacity = self.pool.capacity_tokens
+        capacity = self.kv.capacity_tokens
         if len(prompt_ids) >= capacity:
             raise ValueError(f"prompt has {len(prompt_ids)} tokens; the KV cache holds {capacity}")
 
-    def abort(self, request_id: str) -> Optional[RequestOutput]:
+    def abort(self, request_id: str, reason: str = "abort") -> Optional[RequestOutput]:
+        """End a request now. ``reason="stop"`` (its consumer found a stop string) keeps its
+        terminal state for the conversation's next turn; an abort does not."""
         seq = self._seqs.get(request_id)
         if seq is None:
             return None
-        self.scheduler.finish(seq, "abort")
-        return self._output(seq, [], "")
+        self.scheduler.finish(seq, reason)
+        return self._output(seq, [])
 
     def abort_all(self) -> list[str]:
         ids = list(self._seqs)
@@ -173,33 +175,16 @@ class LLMEngine:
         return bool(self._seqs)
 
     def metrics(self) -> dict[str, Any]:
-        """Scheduler, pool and prefix-cache counters. Safe to call from another thread without
-        locks: it reads ints, and copies the lookups Counter in one C-level dict merge."""
-        pool, free = self.pool, self.pool.num_free  # one read, so free + used == total
-        out: dict[str, Any] = {
-            "requests_running": len(self.scheduler.running),
-            "requests_waiting": len(self.scheduler.waiting),
-            "num_preemptions": self.scheduler.num_preemptions,
-            "blocks": {"total": pool.num_blocks, "free": free, "used": pool.num_blocks - free,
-                       "allocated_bytes": pool.allocated_bytes},
-            "cache": None,
-        }
-        if self.cache is not None:
-            stats = self.cache.stats
-            out["cache"] = {
-                "requests": stats.requests, "prompt_tokens": stats.prompt_tokens,
-                "cached_tokens": stats.cached_tokens, "token_hit_rate": stats.token_hit_rate,
-                "lookups": dict(stats.lookups), "near_misses": stats.near_misses,
-                "hashed_blocks": stats.hashed_blocks,
-                "evictions": self.cache.index.num_evicted, "indexed_blocks": len(self.cache.index),
-            }
-        out["ssd"] = self.cache.ssd.metrics() if self.cache is not None and self.cache.ssd else None
+        """Scheduler and cache counters; safe from another thread (see KVCacheManager.metrics)."""
+        out = self.kv.metrics()
+        out["blocks"]["allocated_bytes"] = self.runner.storage.allocated_bytes
+        out.update(requests_running=len(self.scheduler.running), requests_waiting=len(self.scheduler.waiting),
+                   num_preemptions=self.scheduler.num_preemptions)
         return out
 
     def close(self) -> None:
         """Graceful shutdown: the prefix cache backs its resident state up to the SSD tier."""
-        if self.cache is not None:
-            self.cache.close()
+        self.kv.close()
 
     # -- the step ---------------------------------------------------------------------
 
@@ -213,11 +198,7 @@ class LLMEngine:
         # computes them while the model runs (the native walks release the GIL).
         rows = _FENCE_WORKER.submit(fence_rows, sampled) if any(s.params.fence for s in sampled) else None
         logits = self.runner.run(batch)
-        for chunk in batch.chunks:
-            seq = chunk.seq
-            seq.num_computed += chunk.length
-            if self.cache is not None and seq.cache is not None:
-                self.cache.commit(seq.request_id, seq.token_ids, seq.block_table, seq.num_computed)
+        self.scheduler.update(batch)
         logits[:, self.sampleable:] = float("-inf")
         failed = apply_hooks(logits, sampled)
         if rows is not None:
@@ -231,42 +212,23 @@ class LLMEngine:
 
     def _fail(self, seq: Sequence, exc: Exception) -> RequestOutput:
         self.scheduler.finish(seq, "abort")
-        return self._output(seq, [], "", error=f"{type(exc).__name__}: {exc}")
+        return self._output(seq, [], error=f"{type(exc).__name__}: {exc}")
 
     def _append(self, seq: Sequence, token: int, logprob: Optional[TokenLogprob]) -> RequestOutput:
         seq.append(token)
         if seq.params.fence is not None:
             seq.params.fence.advance(token)
-        reason = self._stop_reason(seq, token)
-        detok = self._detok.get(seq.request_id)
-        text = ""
-        if detok is not None:
-            if reason != "stop_token":
-                text = detok.push([token])
-            if detok.stopped:
-                reason = "stop"
-            if reason:
-                text += detok.flush()
-        if reason:
-            self.scheduler.finish(seq, "stop" if reason == "stop_token" else reason)
-        return self._output(seq, [token], text, logprobs=None if logprob is None else [logprob])
-
-    def _stop_reason(self, seq: Sequence, token: int) -> Optional[str]:
         p = seq.params
-        if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
-            return "stop_token"
-        if seq.num_output >= p.max_tokens or seq.num_tokens >= self.max_model_len:
-            return "length"
-        if seq.num_tokens >= self.pool.capacity_tokens:
-            return "length"  # the sequence alone would fill the KV cache
-        return None
+        stop_token = token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids)
+        if stop_token:
+            self.scheduler.finish(seq, "stop")
+        elif seq.num_output >= p.max_tokens or seq.num_tokens >= min(self.max_model_len, self.kv.capacity_tokens):
+            self.scheduler.finish(seq, "length")  # the sequence alone would fill the KV cache, or its context
+        return self._output(seq, [token], logprobs=None if logprob is None else [logprob], stop_token=stop_token)
 
-    def _output(self, seq: Sequence, new: list[int], text: str, error: Optional[str] = None,
-                logprobs: Optional[list[TokenLogprob]] = None) -> RequestOutput:
-        detok = self._detok.get(seq.request_id)
-        stop_string = detok.stopped if detok is not None else None
+    def _output(self, seq: Sequence, new: list[int], error: Optional[str] = None,
+                logprobs: Optional[list[TokenLogprob]] = None, stop_token: bool = False) -> RequestOutput:
         if seq.status is Status.FINISHED:
             self._seqs.pop(seq.request_id, None)
-            self._detok.pop(seq.request_id, None)
-        return RequestOutput(seq.request_id, new, text, seq.finish_reason, stop_string, error,
-                             seq.prompt_len, seq.num_cached, seq.num_output, logprobs)
+        return RequestOutput(seq.request_id, new, seq.finish_reason, error, seq.prompt_len, seq.num_cached,
+                             seq.num_output, logprobs, stop_token)

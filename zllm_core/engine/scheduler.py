@@ -4,28 +4,30 @@ A sequence's uncomputed tokens are ``token_ids[num_computed:]``; a step runs a c
 them and, when the chunk reaches the end, samples the next token.  Decoding is the case
 of exactly one uncomputed token, so the three task kinds fall out of one rule:
 
-* NewPrefill: the first chunk of a sequence that holds no K/V yet;
+* DecodeRound: one token for every decoding sequence;
 * AppendPrefill: a chunk continuing K/V the sequence already holds (a later chunk of a
   long prompt, or a prompt whose prefix was adopted from the cache);
-* DecodeRound: one token for every decoding sequence, batched.
+* NewPrefill: the first chunk of a sequence that holds no K/V yet.
 
-Prefill steps and decode rounds alternate while both have work, so neither starves.
-When blocks run out, the scheduler first evicts unused prefix-cache blocks (those only
-the cache holds), then preempts the youngest running sequence; a preempted sequence
-keeps its tokens and is recomputed when it is admitted again.
+Every step has one token budget (``max_num_batched_tokens``).  Decodes take it first, so
+a long prompt being prefilled never stalls the streams already decoding; prefill chunks
+fill the rest, running prompts before new admissions, in arrival order.  When blocks run
+out, the cache manager evicts unused prefix-cache blocks, then the scheduler preempts the
+youngest running sequence; a preempted sequence keeps its tokens and is recomputed when
+it is admitted again.  The scheduler reaches blocks only through the manager.
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
+from operator import attrgetter
 from typing import Optional
 
-import numpy as np
-
-from zllm_core.cache.block_pool import BlockPool
-from zllm_core.cache.prefix_cache import PrefixCache
+from zllm_core.cache.kv_cache_manager import KVCacheManager
 from zllm_core.engine.sequence import Sequence, Status
+
+_arrival = attrgetter("arrival")
 
 
 class TaskKind(Enum):
@@ -49,11 +51,11 @@ class Chunk:
 
 @dataclass(frozen=True)
 class Batch:
-    chunks: list[Chunk]
-
-    @property
-    def is_decode(self) -> bool:
-        return self.chunks[0].kind is TaskKind.DECODE
+    chunks: list[Chunk]  # decodes first, then prefill chunks
+    num_decodes: int
+    # Requests whose block tables were let go since the last batch (finished, aborted,
+    # preempted): whoever mirrors tables drops them before reading this batch's.
+    released: tuple[str, ...] = ()
 
     @property
     def num_tokens(self) -> int:
@@ -67,43 +69,36 @@ class SchedulerConfig:
 
 
 class Scheduler:
-    def __init__(self, pool: BlockPool, config: SchedulerConfig, cache: Optional[PrefixCache] = None):
-        self.pool = pool
+    def __init__(self, kv: KVCacheManager, config: SchedulerConfig):
+        self.kv = kv
         self.config = config
-        self.cache = cache
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
-        self._last_was_prefill = False
+        self._released: list[str] = []
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
-    def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
-
     def schedule(self) -> Optional[Batch]:
         while True:
-            batch = self._pick()
-            if batch or not self.running:
-                return batch
+            budget = self.config.max_num_batched_tokens
+            decodes = self._decodes(budget)
+            chunks = decodes + self._prefills(budget - len(decodes))
+            if chunks or not self.running:
+                break
             # Running prefills hold every block and none can advance: recompute the youngest.
             self._preempt_youngest()
+        released, self._released = tuple(self._released), []
+        return Batch(chunks, len(decodes), released) if chunks else None
 
-    def _pick(self) -> Optional[Batch]:
-        decoding = [s for s in self.running if s.num_uncomputed == 1]
-        prefill_pending = bool(self.waiting) or len(decoding) < len(self.running)
-        if decoding and (self._last_was_prefill or not prefill_pending):
-            batch = self._schedule_decode(decoding)
-            if batch:
-                self._last_was_prefill = False
-                return batch
-        batch = self._schedule_prefill()
-        if batch:
-            self._last_was_prefill = True
-            return batch
-        decoding = [s for s in self.running if s.num_uncomputed == 1]
-        return self._schedule_decode(decoding) if decoding else None
+    def update(self, batch: Batch) -> None:
+        """The step ran: its chunks' K/V are in place, and completed blocks join the cache."""
+        for chunk in batch.chunks:
+            seq = chunk.seq
+            seq.num_computed += chunk.length
+            if seq.cache is not None:
+                self.kv.commit(seq.request_id, seq.token_ids, seq.block_table, seq.num_computed)
 
     def finish(self, seq: Sequence, reason: str) -> None:
         """End a sequence wherever it is (running, waiting) and free every block it holds.
@@ -120,30 +115,14 @@ class Scheduler:
     # -- blocks -----------------------------------------------------------------------
 
     def _release(self, seq: Sequence, keep_terminal: bool = False) -> None:
-        table = np.asarray(seq.block_table, dtype=np.intp)  # converted once for pool and cache
-        self.pool.free(table)
-        if self.cache is not None and seq.cache is not None:
-            self.cache.release(seq.request_id, table, seq.token_ids if keep_terminal else None)
+        if seq.block_table:
+            self._released.append(seq.request_id)
+        self.kv.release(seq.request_id, seq.block_table, seq.token_ids if keep_terminal else None)
         seq.block_table = []
         seq.num_computed = 0
 
-    def _ensure_free(self, n: int) -> bool:
-        """Evict reclaimable cache blocks before anything is refused or preempted."""
-        short = n - self.pool.num_free
-        if short > 0 and self.cache is not None:
-            self.cache.evict(short)
-        return self.pool.num_free >= n
-
-    def _grow(self, seq: Sequence, upto: int, reserve: int = 0) -> bool:
-        """Give ``seq`` blocks up to token ``upto``, leaving ``reserve`` blocks free after."""
-        need = seq.blocks_needed(upto, self.pool.block_size)
-        if need and not self._ensure_free(need + reserve):
-            return False
-        seq.block_table += self.pool.allocate(need)
-        return True
-
     def _preempt_youngest(self) -> Sequence:
-        victim = max(self.running, key=lambda s: s.arrival)
+        victim = max(self.running, key=_arrival)
         self.running.remove(victim)
         self._release(victim)
         victim.status = Status.WAITING
@@ -153,14 +132,15 @@ class Scheduler:
         self.num_preemptions += 1
         return victim
 
-    # -- steps ------------------------------------------------------------------------
+    # -- chunks -----------------------------------------------------------------------
 
-    def _schedule_decode(self, decoding: list[Sequence]) -> Optional[Batch]:
+    def _decodes(self, budget: int) -> list[Chunk]:
+        """One token for each decoding sequence, oldest first, preempting the youngest for blocks."""
         chosen: list[Sequence] = []
-        for seq in sorted(decoding, key=lambda s: s.arrival):
+        for seq in sorted((s for s in self.running if s.num_uncomputed == 1), key=_arrival)[:budget]:
             if seq.status is not Status.RUNNING:
                 continue  # preempted to make room for an older sequence in this round
-            while not self._grow(seq, seq.num_tokens):
+            while not self.kv.grow(seq.block_table, seq.num_tokens):
                 victim = self._preempt_youngest()
                 if victim in chosen:
                     chosen.remove(victim)
@@ -168,14 +148,11 @@ class Scheduler:
                     break
             if seq.status is Status.RUNNING:
                 chosen.append(seq)
-        if not chosen:
-            return None
-        return Batch([Chunk(s, s.num_computed, 1, TaskKind.DECODE) for s in chosen])
+        return [Chunk(s, s.num_computed, 1, TaskKind.DECODE) for s in chosen]
 
-    def _schedule_prefill(self) -> Optional[Batch]:
-        budget = self.config.max_num_batched_tokens
+    def _prefills(self, budget: int) -> list[Chunk]:
         chunks: list[Chunk] = []
-        for seq in sorted((s for s in self.running if s.num_uncomputed > 1), key=lambda s: s.arrival):
+        for seq in sorted((s for s in self.running if s.num_uncomputed > 1), key=_arrival):
             chunk = self._prefill_chunk(seq, budget)
             if chunk is None:
                 break
@@ -191,7 +168,7 @@ class Scheduler:
             self.running.append(seq)
             chunks.append(chunk)
             budget -= chunk.length
-        return Batch(chunks) if chunks else None
+        return chunks
 
     def _prefill_chunk(self, seq: Sequence, budget: int) -> Optional[Chunk]:
         if budget <= 0:
@@ -199,18 +176,18 @@ class Scheduler:
         # Admitting new work keeps one block per decoding sequence free, so the next
         # decode round grows without preempting what was just admitted.
         reserve = sum(s.num_uncomputed == 1 for s in self.running) if seq.status is Status.WAITING else 0
-        if not seq.block_table and self.cache is not None and seq.cache is not None:
+        if not seq.block_table:
             # What running sequences hold is not reclaimable; everything else is (free, or
             # unused cache blocks the cache evicts, backing them up, before it admits).
-            room = self.pool.num_blocks - sum(len(s.block_table) for s in self.running) - reserve
-            hit = self.cache.match(seq.request_id, seq.token_ids, seq.cache, count=not seq.matched, room=room)
+            room = self.kv.num_blocks - sum(len(s.block_table) for s in self.running) - reserve
+            hit = self.kv.match(seq.request_id, seq.token_ids, seq.cache, first=not seq.matched, room=room)
             seq.block_table = hit.blocks
             seq.num_computed = hit.num_tokens
             if not seq.matched:  # what the client is told was cached: its first admission
                 seq.num_cached = hit.num_tokens
                 seq.matched = True
         length = min(seq.num_uncomputed, budget)
-        if not self._grow(seq, seq.num_computed + length, reserve):
+        if not self.kv.grow(seq.block_table, seq.num_computed + length, reserve):
             if seq.status is Status.WAITING:
                 self._release(seq)  # not admitted: hold nothing while waiting
             return None

@@ -13,6 +13,7 @@ import importlib.util
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -60,16 +61,25 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
 
 @dataclass
 class ForwardContext:
-    """What one model step needs besides token ids: where to read and write KV, and how."""
+    """What one model step needs besides token ids: where to read and write KV, and how.
+
+    A step that mixes decodes and prefill chunks carries ``split``: the metadata of its
+    leading one-token sequences and of the rest, so each part runs the kernel made for it."""
 
     meta: AttentionMetadata
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]
     backend: AttentionBackend
+    split: Optional[tuple[AttentionMetadata, AttentionMetadata]] = None
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                scale: float) -> torch.Tensor:
         k_cache, v_cache = self.kv_caches[layer]
         write_kv(k_cache, v_cache, k, v, self.meta.slot_mapping)
+        if self.split is not None:
+            decodes, prefills = self.split
+            nd = len(decodes.seq_lens)
+            return torch.cat((self.backend.decode(q[:nd], k_cache, v_cache, decodes, scale),
+                              self.backend.prefill(q[nd:], k_cache, v_cache, prefills, scale)))
         if self.meta.is_decode:
             return self.backend.decode(q, k_cache, v_cache, self.meta, scale)
         return self.backend.prefill(q, k_cache, v_cache, self.meta, scale)
