@@ -216,7 +216,8 @@ def test_eviction_follows_each_blocks_latest_release():
     assert cache.evict(3) == 3
     assert all(pool.ref_counts[b] == 0 for b in second[:3])
     assert all(pool.ref_counts[b] == 1 for b in first[:3])
-    assert cache.index.num_evictable() == 3
+    assert cache.evict(pool.num_blocks) == 3  # only first's blocks were left to evict
+    assert all(pool.ref_counts[b] == 0 for b in first[:3])
 
 
 def test_releasing_one_prefix_over_and_over_keeps_the_eviction_queue_within_twice_the_pool():
@@ -229,4 +230,5 @@ def test_releasing_one_prefix_over_and_over_keeps_the_eviction_queue_within_twic
     assert cache.index._queued <= 2 * pool.num_blocks
     assert cache.evict(3) == 3  # "early" was released before every turn: it goes first
     assert all(pool.ref_counts[b] == 0 for b in early[:3])
-    assert cache.index.num_evictable() == 3
+    assert cache.evict(pool.num_blocks) == 3  # the prefix's blocks, each queued once however often released
+    assert pool.num_free == pool.num_blocks
