@@ -115,10 +115,10 @@ def test_an_id_two_conversations_share_still_finds_the_longest_prefix():
     assert hit.kind == "longest_prefix" and hit.num_tokens == 20
 
 
-def test_cache_hint_scopes_by_tenant_and_salt():
+def test_cache_hint_scopes_by_tenant():
     base = Scope("m", "t")
     assert CacheHint(tenant="x").scope(base).digest() != CacheHint(tenant="y").scope(base).digest()
-    assert CacheHint(salt="s").scope(base).digest() != CacheHint().scope(base).digest()
+    assert CacheHint(tenant="x").scope(base).digest() != CacheHint().scope(base).digest()
     assert CacheHint(cache_id="k").scope(base).digest() == CacheHint().scope(base).digest()
 
 
