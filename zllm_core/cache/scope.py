@@ -2,7 +2,7 @@
 
 Sharing happens only between identical scopes, and the scope enters every block key,
 so it must be assembled with the care of an artefact manifest: model weights and dtype,
-tokenizer, chat template, adapters, and the tenant (or an explicit per-request salt).
+tokenizer (its manifest covers the chat template files too), and the tenant.
 """
 from __future__ import annotations
 
@@ -43,16 +43,12 @@ def model_manifest(model_dir: Path, dtype: str) -> str:
 @dataclass(frozen=True)
 class Scope:
     model: str  # model_manifest()
-    tokenizer: str = ""
-    template: str = ""
-    adapters: tuple[str, ...] = ()
+    tokenizer: str = ""  # tokenizer_manifest()
     tenant: str = ""
-    salt: str = ""
 
     def digest(self) -> bytes:
         """32 bytes that enter every block hash of this scope."""
-        body = json.dumps([self.model, self.tokenizer, self.template, list(self.adapters),
-                           self.tenant, self.salt], separators=(",", ":"))
+        body = json.dumps([self.model, self.tokenizer, self.tenant], separators=(",", ":"))
         return hashlib.sha256(body.encode()).digest()
 
 
@@ -83,10 +79,7 @@ class CacheHint:
     """Per-request cache inputs from the protocol layer."""
 
     tenant: str = ""  # from the API key
-    salt: str = ""  # an explicit per-request isolation salt
-    template: str = ""  # identity of the template options that shaped the prompt
     cache_id: str | None = None  # prompt_cache_key / previous_response_id / session header
 
     def scope(self, base: Scope) -> Scope:
-        return Scope(base.model, base.tokenizer, self.template or base.template, base.adapters,
-                     self.tenant, self.salt)
+        return Scope(base.model, base.tokenizer, self.tenant)

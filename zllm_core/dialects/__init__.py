@@ -8,7 +8,8 @@ from .events import (Event, ParsedOutput, ParseError, ReasoningDelta, Repair, Te
                      ToolCallEnd, ToolCallStart)
 from .glm import GlmDialect
 from .hermes import HermesDialect
-from .selection import DIALECTS, dialect_for, dialect_named, prompt_for
+from .model_prompt import prompt_for
+from .selection import DIALECTS, dialect_for, dialect_named
 from .stream import StreamParser, tool_call_id
 
 __all__ = [

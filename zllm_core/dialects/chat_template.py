@@ -8,7 +8,6 @@ re-serialize them), so a model's own tool call re-enters the next prompt byte fo
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -19,14 +18,13 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from zllm_core.model.gguf_file import is_gguf, open_gguf
-
 from .conversation import FunctionTool, Message
 from .dialect import ToolDialect
 from .json_args import hf_tojson
+from .selection import dialect_for
+from .template_files import read_special_tokens, read_template
 
 PACKAGED = Path(__file__).resolve().parent / "templates"  # official templates shipped as package data
-_SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
 
 
 class _GenerationBlock(jinja2.ext.Extension):
@@ -94,14 +92,12 @@ class ChatTemplate:
     def from_model_dir(cls, path: str | Path, dialect: ToolDialect | None = None,
                        name: str | None = None) -> "ChatTemplate":
         """`chat_template.jinja`, else `chat_template` in tokenizer_config.json (text, or a list of
-        named templates: `name`, else "default")."""
-        from .selection import dialect_for  # selection reads templates too: import late
+        named templates: `name`, else "default"); its dialect, unless given, as `dialect_for` tells it."""
         path = Path(path)
         source = read_template(path, name)
         if source is None:
             raise FileNotFoundError(f"no chat template in {path}")
-        names = open_gguf(path).special_token_texts() if is_gguf(path) else special_tokens(
-            _read_json(path / "tokenizer_config.json"))
+        names = read_special_tokens(path)
         return cls(source, dialect or dialect_for(path), names)
 
     def render(self, messages: Sequence[Message], tools: Sequence[FunctionTool] | None = (),
@@ -117,33 +113,3 @@ class ChatTemplate:
             add_generation_prompt=add_generation_prompt,
             **context,
         )
-
-
-def read_template(path: Path, name: str | None = None) -> str | None:
-    """A directory's template, or a GGUF file's `tokenizer.chat_template`."""
-    if is_gguf(path):
-        return open_gguf(path).chat_template
-    jinja_file = path / "chat_template.jinja"
-    if jinja_file.is_file():
-        return jinja_file.read_text(encoding="utf-8")
-    template = _read_json(path / "tokenizer_config.json").get("chat_template")
-    if isinstance(template, list):
-        named = {t["name"]: t["template"] for t in template}
-        return named.get(name or "default")
-    return template
-
-
-def special_tokens(config: Mapping[str, Any]) -> dict[str, str]:
-    """Special tokens as templates see them (tokenizer_config stores some as {"content": ...})."""
-    out = {}
-    for key in _SPECIAL_TOKENS:
-        value = config.get(key)
-        if isinstance(value, Mapping):
-            value = value.get("content")
-        if isinstance(value, str):
-            out[key] = value
-    return out
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}

@@ -7,12 +7,11 @@ from typing import Any, Mapping
 
 from zllm_core.model.gguf_file import is_gguf, open_gguf
 
-from .chat_template import ChatTemplate, read_template
 from .dialect import ToolDialect
 from .dsml import DSML, DsmlDialect
-from .dsml_prompt import DsmlPrompt
 from .glm import GlmDialect
 from .hermes import HermesDialect
+from .template_files import read_template
 
 DIALECTS: dict[str, ToolDialect] = {d.name: d for d in (HermesDialect(), GlmDialect(True), GlmDialect(False), DsmlDialect())}
 ALIASES = {"chatml": "hermes", "qwen": "hermes", "qwen2": "hermes", "qwen3": "hermes",
@@ -41,15 +40,6 @@ def dialect_for(source: str | Path | Mapping[str, Any], explicit: str | None = N
     if name is None:
         raise ValueError(f"cannot tell the tool dialect of {source!r}; pass it explicitly")
     return DIALECTS[name]
-
-
-def prompt_for(model_dir: str | Path, explicit: str | None = None) -> ChatTemplate | DsmlPrompt:
-    """What renders this model's prompts: its chat template, or for DeepSeek-V3.2 (which ships
-    none) the reference encoder's layout. Both offer `.dialect` and `.render(messages, tools, ...)`."""
-    dialect = dialect_for(model_dir, explicit)
-    if dialect.name == "dsml" and read_template(Path(model_dir)) is None:
-        return DsmlPrompt(dialect)
-    return ChatTemplate.from_model_dir(model_dir, dialect)
 
 
 def _config_of(path: Path) -> Mapping[str, Any]:
