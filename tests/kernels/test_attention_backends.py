@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from paged_case import DEVICE, TOLERANCE, make_case, relative_error
-from zllm_core.model.attention_backend import ForwardContext, select_backend
+from zllm_core.model.attention_backend import ForwardContext
+from zllm_core.model.backends import select_backend
 
 
 def test_auto_is_the_native_kernel_on_cpu_and_triton_on_cuda():

@@ -131,9 +131,6 @@ class PrefixIndex:
         """(scope, key, block) of every indexed block."""
         return [(self._scope_of[b], k, b) for b, k in self._key_of.items()]
 
-    def num_evictable(self) -> int:
-        return sum(self.pool.ref_counts[b] == 1 for b in self._key_of)
-
     def clear(self) -> None:
         """Drop the index's reference on every block (blocks in use stay with their users)."""
         blocks = list(self._key_of)

@@ -27,7 +27,7 @@ from zllm_core.engine.sampler import (TokenLogprob, apply_fence_rows, apply_hook
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.engine.scheduler import Scheduler, SchedulerConfig
 from zllm_core.engine.sequence import Sequence, Status
-from zllm_core.model.attention_backend import select_backend
+from zllm_core.model.backends import select_backend
 
 # One thread for every engine in the process: a step waits for its own rows before sampling.
 _FENCE_WORKER = ThreadPoolExecutor(1, thread_name_prefix="zllm-fence")
