@@ -1,8 +1,12 @@
-"""Backend selection, and the Triton backend through the model's attention seam."""
+"""Backend selection, and each backend through the model's attention seam, mixed steps too."""
 import pytest
 import torch
 
 from paged_case import DEVICE, TOLERANCE, make_case, relative_error
+from zllm_core.engine.sampling_params import SamplingParams
+from zllm_core.engine.scheduler import Batch, Chunk, TaskKind
+from zllm_core.engine.sequence import Sequence
+from zllm_core.engine.step_inputs import InputBuffers
 from zllm_core.model.attention_backend import ForwardContext
 from zllm_core.model.backends import select_backend
 
@@ -57,3 +61,31 @@ def new_token_slots(tables, seq_lens, query_lens, block_size):
         pos = torch.arange(n - q, n, device=tables.device)
         slots.append(row[pos // block_size].long() * block_size + pos % block_size)
     return torch.cat(slots)
+
+
+@pytest.mark.parametrize("backend,dtype", [("triton", torch.bfloat16), ("cuda", torch.bfloat16),
+                                           ("cpu", torch.float32), ("torch", torch.float32)])
+def test_a_mixed_step_runs_decodes_and_prefill_chunks_each_on_its_kernel(backend, dtype):
+    """Three decodes then two prefill chunks (one continuing cached context, one new), built
+    by the engine's input buffers: the split step equals the reference over the whole batch."""
+    if backend == "cuda" and DEVICE != "cuda":
+        pytest.skip("the CUDA backend needs a GPU")
+    device = torch.device("cpu" if backend == "cpu" else DEVICE)
+    seq_lens, query_lens = [20, 40, 33, 50, 9], [1, 1, 1, 17, 9]
+    gen = torch.Generator().manual_seed(11)
+    order = torch.randperm(32, generator=gen).tolist()
+    seqs, chunks = [], []
+    for i, (n, q) in enumerate(zip(seq_lens, query_lens)):
+        seq = Sequence(f"s{i}", list(range(n)), SamplingParams(), arrival=i)
+        seq.block_table, order = order[:-(-n // 16)], order[-(-n // 16):]
+        kind = TaskKind.DECODE if q == 1 else TaskKind.APPEND_PREFILL if q < n else TaskKind.NEW_PREFILL
+        chunks.append(Chunk(seq, n - q, q, kind))
+    step = InputBuffers(8, 4, 64, 16, device).prepare(Batch(chunks, num_decodes=3))
+    assert step.split is not None and step.meta.max_query_len == 17
+    shape = (32, 16, 2, 64)
+    k_cache, v_cache = (torch.randn(shape, generator=gen).to(device, dtype) for _ in "kv")
+    q = torch.randn(sum(query_lens), 4, 64, generator=gen).to(device, dtype)
+    k, v = (torch.randn(sum(query_lens), 2, 64, generator=gen).to(device, dtype) for _ in "kv")
+    split = ForwardContext(step.meta, [(k_cache.clone(), v_cache.clone())], select_backend(device, backend), step.split)
+    whole = ForwardContext(step.meta, [(k_cache.clone(), v_cache.clone())], select_backend(device, "torch"))
+    assert relative_error(split.attend(0, q, k, v, 0.125), whole.attend(0, q, k, v, 0.125)) < TOLERANCE[dtype]
