@@ -1,5 +1,8 @@
 """The asyncio front: streamed events, concurrent requests, cancellation that frees blocks."""
 import asyncio
+import contextlib
+import random
+from collections import Counter
 
 import pytest
 
@@ -88,3 +91,62 @@ def test_an_explicit_abort_ends_the_stream_with_abort(async_engine):
 
     events = asyncio.run(main())
     assert events[-1].finish_reason == "abort"
+
+
+def test_a_thousand_random_streams_with_disconnects_aborts_stop_strings_and_preemptions_leave_the_pool_empty(demo_model):
+    """Up to 32 streams at once over a 12-block pool (preemption is forced), each one of: read
+    to the end, disconnect after a few events, aborted from outside, or ended by a stop
+    string the output processor finds (the engine is then told to finish it)."""
+    from zllm_core.cache.scope import Scope
+    from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
+    from zllm_core.model.model_names import resolve_model
+    from zllm_core.tokenizer import Tokenizer
+
+    block_bytes = 16 * 2 * 2 * 64 * 4 * demo_model.config.num_layers
+    engine = AsyncEngine(LLMEngine(demo_model, Tokenizer.from_pretrained(resolve_model("zllm-demo")),
+                                   EngineConfig(kv_cache_bytes=12 * block_bytes, max_num_seqs=16,
+                                                max_num_batched_tokens=192), Scope("async-soak")))
+    rng = random.Random(3)
+    ends = Counter()
+
+    async def one(i: int) -> None:
+        prompt = [rng.randrange(1000, 150000) for _ in range(rng.randrange(1, 30))]
+        prompt = prompt if rng.random() < 0.7 else [11, 22, 33, 44] * 6 + prompt
+        mode = rng.choice(["read", "disconnect", "abort", "stop"])
+        params = SamplingParams(max_tokens=rng.randrange(1, 12), temperature=rng.choice([0.0, 0.8]), seed=i,
+                                stop=["e", "a", " t"] if mode == "stop" else ())
+        rid, text, last = f"r{i}", "", None
+        stream = engine.generate(prompt, params, request_id=rid)
+        async with contextlib.aclosing(stream):
+            async for last in stream:
+                text += last.text
+                if mode == "disconnect" and rng.random() < 0.3:
+                    break
+                if mode == "abort" and rng.random() < 0.3:
+                    engine.abort(rid)
+        if last is not None and last.finish_reason is not None:
+            ends[last.finish_reason] += 1
+            if last.stop_string is not None:
+                assert last.finish_reason == "stop" and last.stop_string not in text
+
+    async def main():
+        gate = asyncio.Semaphore(32)
+
+        async def bounded(i):
+            async with gate:
+                await one(i)
+
+        await asyncio.gather(*(bounded(i) for i in range(1000)))
+        for _ in range(500):  # the last disconnects' aborts are still on their way
+            if not engine.engine.has_unfinished():
+                break
+            await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(main())
+        assert not engine.engine.has_unfinished() and engine.engine.scheduler.num_preemptions > 0
+        assert ends["stop"] > 0 and ends["length"] > 0 and ends["abort"] > 0
+        engine.engine.kv.cache.clear()
+        assert engine.engine.kv.pool.is_empty()
+    finally:
+        engine.shutdown()
