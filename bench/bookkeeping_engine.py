@@ -54,10 +54,10 @@ class BookkeepingEngine:
         seq = chunk.seq
         for token in self.answer:
             seq.append(token)
-        pool = self.engine.kv.pool  # the blocks decoding would have taken
-        seq.block_table += pool.allocate(seq.blocks_needed(seq.num_tokens, pool.block_size))
+        kv = self.engine.kv
+        assert kv.grow(seq.block_table, seq.num_tokens)  # the blocks decoding would have taken
         seq.num_computed = seq.num_tokens - 1  # the last sampled token is never run
-        self.engine.kv.cache.commit(request_id, seq.token_ids, seq.block_table, seq.num_computed)
+        kv.commit(request_id, seq.token_ids, seq.block_table, seq.num_computed)
         self.engine.scheduler.finish(seq, "stop")
         yield GenerationEvent(list(self.answer), self.decode(self.answer[:-1]), "stop", None,
                               seq.prompt_len, seq.num_cached, len(self.answer))

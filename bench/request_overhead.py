@@ -94,7 +94,7 @@ def one_turn(engine: LLMEngine, rid: str, prompt: np.ndarray, hint: CacheHint) -
 
     def commit():
         seq.num_computed += chunk.length
-        engine.kv.cache.commit(rid, seq.token_ids, seq.block_table, seq.num_computed)
+        engine.kv.commit(rid, seq.token_ids, seq.block_table, seq.num_computed)
 
     def finish():
         seq.append(7)  # the sampled token, a stop token

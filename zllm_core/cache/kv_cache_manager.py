@@ -30,9 +30,6 @@ class KVCacheManager:
     def capacity_tokens(self) -> int:
         return self.pool.capacity_tokens
 
-    def blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
-
     def match(self, request_id: str, tokens: TokenIds, request: Optional[CacheRequest],
               first: bool, room: int) -> PrefixMatch:
         """The longest cached prefix of ``tokens``, its blocks now referenced by the request.
@@ -45,7 +42,7 @@ class KVCacheManager:
     def grow(self, table: list[int], num_tokens: int, reserve: int = 0) -> bool:
         """Extend ``table`` to hold ``num_tokens`` tokens, leaving ``reserve`` blocks free after;
         unused cache blocks are evicted before anything is refused."""
-        need = self.blocks_for(num_tokens) - len(table)
+        need = -(-num_tokens // self.block_size) - len(table)
         if need <= 0:
             return True
         short = need + reserve - self.pool.num_free

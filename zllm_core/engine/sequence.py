@@ -67,7 +67,3 @@ class Sequence:
     @property
     def num_output(self) -> int:
         return self.num_tokens - self.prompt_len
-
-    def blocks_needed(self, upto: int, block_size: int) -> int:
-        """New blocks required to hold K/V of the first ``upto`` tokens."""
-        return max(0, -(-upto // block_size) - len(self.block_table))

@@ -68,6 +68,12 @@ def add_serve_parser(sub) -> None:
                    help="break token loops in generations (and end turns that keep looping)")
     p.add_argument("--kv-cache-bytes", type=byte_size, default=None,
                    help="device KV cache budget, e.g. 8G (default: the engine's, 1G)")
+    p.add_argument("--max-num-seqs", type=int, default=None,
+                   help="most requests running at once (default: the engine's, 64)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help="tokens per engine step, decodes first, prefill chunks in the rest "
+                        "(default: the engine's, 2048; smaller keeps decoding streams smoother "
+                        "while a long prompt prefills)")
     p.add_argument("--ssd-cache-dir", default=None,
                    help="directory of the prefix cache's SSD tier (off when not given)")
     p.add_argument("--ssd-cache-bytes", type=byte_size, default=64 << 30,
@@ -114,8 +120,9 @@ def run_serve(args: argparse.Namespace) -> int:
     engine_config = {"device": device, "allow_long_context": args.allow_long_context}
     if args.max_model_len:
         engine_config["max_model_len"] = args.max_model_len
-    if args.kv_cache_bytes:
-        engine_config["kv_cache_bytes"] = args.kv_cache_bytes
+    for name in ("kv_cache_bytes", "max_num_seqs", "max_num_batched_tokens"):
+        if getattr(args, name):
+            engine_config[name] = getattr(args, name)
     if args.ssd_cache_dir:
         engine_config.update(ssd_cache_dir=args.ssd_cache_dir, ssd_cache_bytes=args.ssd_cache_bytes)
     model_dir = resolve_model(args.model)  # once: for zllm-demo it checks 160 MB of hashes
