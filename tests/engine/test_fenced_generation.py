@@ -11,6 +11,7 @@ from tests.fence.schemas import AGENT_TOOLS, SUITE, as_parameter
 from zllm_core.dialects.conversation import FunctionTool
 from zllm_core.dialects.selection import dialect_named
 from zllm_core.engine.llm import LLM
+from zllm_core.engine.output_processor import OutputProcessor
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.fence.grammar import FenceVocab, Grammar
 from zllm_core.fence.token_fence import TokenFence
@@ -44,15 +45,17 @@ def run(llm, grammars: dict, n=10, max_tokens=MAX_TOKENS) -> dict:
     {name: [(text, finish reason), ...]}."""
     engine = llm.engine
     ids = llm.encode(PROMPT)
+    processors = {}
     for name, grammar in grammars.items():
         for k in range(n):
             params = SamplingParams(max_tokens=max_tokens, temperature=1.0, seed=k,
                                     fence=TokenFence(grammar, max_tokens))
             engine.add_request(f"{name}/{k}", ids, params)
+            processors[f"{name}/{k}"] = OutputProcessor(llm.tokenizer.decode_bytes)
     texts, reasons = {}, {}
     while len(reasons) < n * len(grammars):
         for out in engine.step():
-            texts[out.request_id] = texts.get(out.request_id, "") + out.text
+            texts[out.request_id] = texts.get(out.request_id, "") + processors[out.request_id].process(out).text
             if out.finished:
                 reasons[out.request_id] = out.finish_reason
     return {name: [(texts.get(f"{name}/{k}", ""), reasons[f"{name}/{k}"]) for k in range(n)] for name in grammars}

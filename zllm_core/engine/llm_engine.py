@@ -22,8 +22,9 @@ from zllm_core.cache.ssd_tier import SSDConfig, SSDTier
 from zllm_core.cache.token_ids import TokenIds
 from zllm_core.engine.device import resolve_device
 from zllm_core.engine.model_runner import ModelRunner
-from zllm_core.engine.sampler import (TokenLogprob, apply_fence_rows, apply_hooks, fence_rows, sample,
-                                     token_logprobs)
+from zllm_core.engine.ngram_drafter import NgramDrafter
+from zllm_core.engine.sampler import (TokenLogprob, apply_fence_rows, apply_hooks, fence_rows, token_logprobs,
+                                     verify)
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.engine.scheduler import Scheduler, SchedulerConfig
 from zllm_core.engine.sequence import Sequence, Status
@@ -49,6 +50,7 @@ class EngineConfig:
     block_hash: str = "sha256"  # or "fast128"
     ssd_cache_dir: Optional[str] = None  # the prefix cache's SSD tier; None: off
     ssd_cache_bytes: int = 64 << 30
+    speculative_tokens: int = 0  # K: prompt-lookup draft tokens verified per step; 0 = off
 
 
 def context_length(config: EngineConfig, trained: int) -> int:
@@ -58,6 +60,25 @@ def context_length(config: EngineConfig, trained: int) -> int:
         raise ValueError(f"--max-model-len {asked} exceeds the model's trained context of {trained} tokens; "
                          "pass --allow-long-context to serve it anyway")
     return asked
+
+
+@dataclass
+class SpeculationStats:
+    steps: int = 0  # decode steps that verified a draft
+    drafted: int = 0
+    accepted: int = 0
+
+    def record(self, drafted: int, accepted: int) -> None:
+        if drafted:
+            self.steps += 1
+            self.drafted += drafted
+            self.accepted += accepted
+
+    def metrics(self) -> dict[str, float]:
+        return {"steps": self.steps, "drafted": self.drafted, "accepted": self.accepted,
+                "acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0,
+                # tokens a drafted step emits: the accepted ones and the one drawn after them
+                "tokens_per_step": (self.accepted + self.steps) / self.steps if self.steps else 0.0}
 
 
 @dataclass(frozen=True)
@@ -106,6 +127,7 @@ class LLMEngine:
         # tokens); a padding id has no text, so it must never be sampled.
         self.sampleable = min(mc.vocab_size, tokenizer.vocab_size) if tokenizer is not None else mc.vocab_size
         self._seqs: dict[str, Sequence] = {}
+        self.spec_stats = SpeculationStats()
         self._arrivals = itertools.count()
 
     @classmethod
@@ -137,6 +159,9 @@ class LLMEngine:
             seq.cache = CacheRequest(cache.scope(self.scope).digest(), cache.cache_id)
         if params.seed is not None:
             seq.generator = torch.Generator(self.device).manual_seed(params.seed)
+        if (self.config.speculative_tokens and params.speculative and params.logits_hook is None
+                and params.logprobs is None):
+            seq.drafter = NgramDrafter(self.config.speculative_tokens)
         self._seqs[request_id] = seq
         self.scheduler.add(seq)
 
@@ -179,7 +204,7 @@ class LLMEngine:
         out = self.kv.metrics()
         out["blocks"]["allocated_bytes"] = self.runner.storage.allocated_bytes
         out.update(requests_running=len(self.scheduler.running), requests_waiting=len(self.scheduler.waiting),
-                   num_preemptions=self.scheduler.num_preemptions)
+                   num_preemptions=self.scheduler.num_preemptions, speculative=self.spec_stats.metrics())
         return out
 
     def close(self) -> None:
@@ -193,38 +218,61 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         if batch is None:
             return []
-        sampled = [c.seq for c in batch.chunks if c.samples]
+        chunks = [c for c in batch.chunks if c.samples]
+        seqs = [c.seq for c in chunks]
+        drafts = [np.array(c.seq.draft[:c.draft]) for c in chunks]
         # The fences' rows for this step depend only on tokens sampled before it: a worker
         # computes them while the model runs (the native walks release the GIL).
-        rows = _FENCE_WORKER.submit(fence_rows, sampled) if any(s.params.fence for s in sampled) else None
-        logits = self.runner.run(batch)
-        self.scheduler.update(batch)
+        rows = _FENCE_WORKER.submit(fence_rows, seqs, drafts) if any(s.params.fence for s in seqs) else None
+        logits = self.runner.run(batch)  # 1 + draft rows per sampling chunk
         logits[:, self.sampleable:] = float("-inf")
-        failed = apply_hooks(logits, sampled)
+        first_rows = np.cumsum([0] + [1 + len(d) for d in drafts[:-1]])
+        failed = apply_hooks(logits, seqs, first_rows)
         if rows is not None:
             masks, fence_failed = rows.result()
             failed.update(fence_failed)
             apply_fence_rows(logits, masks, self.sampleable)
-        tokens = sample(logits, sampled)
-        logprobs = token_logprobs(logits, sampled, tokens)
-        return [self._fail(seq, failed[i]) if i in failed else self._append(seq, tok, logprobs[i])
-                for i, (seq, tok) in enumerate(zip(sampled, tokens))]
+        tokens = verify(logits, seqs, drafts)
+        logprobs = token_logprobs(logits, seqs, [t[0] for t in tokens], first_rows)
+        ends = [None if i in failed else self._extend(seq, tokens[i], len(drafts[i])) for i, seq in enumerate(seqs)]
+        self.scheduler.update(batch)  # after the tokens are in: a draft's accepted part is computed
+        return [self._fail(seq, failed[i]) if i in failed else self._finish(seq, tokens[i], ends[i], logprobs[i])
+                for i, seq in enumerate(seqs)]
 
     def _fail(self, seq: Sequence, exc: Exception) -> RequestOutput:
         self.scheduler.finish(seq, "abort")
         return self._output(seq, [], error=f"{type(exc).__name__}: {exc}")
 
-    def _append(self, seq: Sequence, token: int, logprob: Optional[TokenLogprob]) -> RequestOutput:
-        seq.append(token)
-        if seq.params.fence is not None:
-            seq.params.fence.advance(token)
-        p = seq.params
-        stop_token = token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids)
-        if stop_token:
-            self.scheduler.finish(seq, "stop")
-        elif seq.num_output >= p.max_tokens or seq.num_tokens >= min(self.max_model_len, self.kv.capacity_tokens):
-            self.scheduler.finish(seq, "length")  # the sequence alone would fill the KV cache, or its context
-        return self._output(seq, [token], logprobs=None if logprob is None else [logprob], stop_token=stop_token)
+    def _extend(self, seq: Sequence, tokens: list[int], drafted: int) -> Optional[str]:
+        """Append the step's tokens up to the first that ends the request; return why it ends.
+        Cuts ``tokens`` to those appended."""
+        p, limit = seq.params, min(self.max_model_len, self.kv.capacity_tokens)
+        seq.num_drafted += drafted
+        seq.num_accepted += len(tokens) - 1
+        self.spec_stats.record(drafted, len(tokens) - 1)
+        for n, token in enumerate(tokens, 1):
+            seq.append(token)
+            if p.fence is not None:
+                p.fence.advance(token)
+            if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
+                reason = "stop_token"
+            elif seq.num_output >= p.max_tokens or seq.num_tokens >= limit:
+                reason = "length"  # its budget, its context, or the whole KV cache
+            else:
+                continue
+            del tokens[n:]
+            return reason
+        return None
+
+    def _finish(self, seq: Sequence, tokens: list[int], end: Optional[str],
+                logprob: Optional[TokenLogprob]) -> RequestOutput:
+        if end is not None:
+            self.scheduler.finish(seq, "stop" if end == "stop_token" else end)
+        elif seq.drafter is not None:
+            room = min(seq.params.max_tokens - seq.num_output, self.max_model_len - seq.num_tokens) - 1
+            seq.propose(seq.drafter.propose(seq.token_ids)[:max(room, 0)])
+        return self._output(seq, tokens, logprobs=None if logprob is None else [logprob],
+                            stop_token=end == "stop_token")
 
     def _output(self, seq: Sequence, new: list[int], error: Optional[str] = None,
                 logprobs: Optional[list[TokenLogprob]] = None, stop_token: bool = False) -> RequestOutput:

@@ -68,31 +68,40 @@ def _inverse_cdf(x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.where(ok, drawn, -1)
 
 
-def apply_hooks(logits: torch.Tensor, seqs: list[Sequence]) -> dict[int, Exception]:
-    """Run each request's hook on its row in place; a failing hook fails its row only."""
+def apply_hooks(logits: torch.Tensor, seqs: list[Sequence], rows: np.ndarray | None = None) -> dict[int, Exception]:
+    """Run each request's hook on its row (``rows[i]``, default i) in place; a failing hook fails
+    its request only. Requests with a hook are never drafted: they own one row."""
     failed = {}
     for i, seq in enumerate(seqs):
         if seq.params.logits_hook is not None:
             try:
-                seq.params.logits_hook(seq.token_ids, logits[i])
+                seq.params.logits_hook(seq.token_ids, logits[i if rows is None else int(rows[i])])
             except Exception as exc:  # noqa: BLE001 - a request's hook must not end the batch
                 failed[i] = exc
     return failed
 
 
-def fence_rows(seqs: list[Sequence]) -> tuple[dict[int, np.ndarray], dict[int, Exception]]:
+def fence_rows(seqs: list[Sequence], drafts: list[np.ndarray]) -> tuple[dict[int, np.ndarray], dict[int, Exception]]:
     """Each fenced row's packed mask for this step (rows with nothing constrained left out),
-    and the rows whose fence failed: a failing fence fails its row only."""
+    and the requests whose fence failed: a failing fence fails its request only. A drafted
+    request owns 1 + len(draft) rows: a clone of its fence walks the draft to give each its
+    row, while the fence itself stays put until the accepted tokens are known."""
     masks, failed = {}, {}
-    for i, seq in enumerate(seqs):
-        if seq.params.fence is not None:
+    row = 0
+    for i, (seq, draft) in enumerate(zip(seqs, drafts)):
+        fence = seq.params.fence
+        if fence is not None:
             try:
-                row = seq.params.fence.bitmask()
+                probe = fence.clone() if len(draft) else fence
+                for j in range(len(draft) + 1):
+                    mask = probe.bitmask()
+                    if mask is not None:
+                        masks[row + j] = mask
+                    if j < len(draft):
+                        probe.advance(int(draft[j]))
             except Exception as exc:  # noqa: BLE001 - one request's fence must not end the batch
                 failed[i] = exc
-                continue
-            if row is not None:
-                masks[i] = row
+        row += 1 + len(draft)
     return masks, failed
 
 
@@ -106,31 +115,77 @@ def apply_fence_rows(logits: torch.Tensor, masks: dict[int, np.ndarray], vocab_s
                              torch.tensor(rows, dtype=torch.int32, device=logits.device), vocab_size)
 
 
-def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
-    """``logits`` is fp32 ``[len(seqs), vocab]`` after hooks; one token per row."""
+def _processed(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+    """A copy of the rows with each request's temperature, top-k and top-p applied."""
+    x = logits.clone()
+    temperatures = [s.params.temperature for s in seqs]
+    if any(t != 1.0 for t in temperatures):
+        x.div_(torch.tensor(temperatures, device=logits.device)[:, None])
+    if any(s.params.top_k > 0 or s.params.top_p < 1.0 for s in seqs):
+        top_k = torch.tensor([s.params.top_k for s in seqs], device=logits.device)
+        top_p = torch.tensor([s.params.top_p for s in seqs], device=logits.device)
+        x = _filter_top_k_top_p(x, top_k, top_p)
+    return x
+
+
+def sample(logits: torch.Tensor, seqs: list[Sequence], exclude: list[int] | None = None) -> list[int]:
+    """``logits`` is fp32 ``[len(seqs), vocab]`` after hooks; one token per row. ``exclude``
+    names a token per row (or -1) that sampled rows must not draw: the residual after a
+    rejected draft token."""
     rows = [i for i, s in enumerate(seqs) if not s.params.greedy]
     if len(rows) < len(seqs):
         out = logits.argmax(dim=-1)
     else:  # every row samples: no argmax pass over the batch
         out = torch.zeros(len(seqs), dtype=torch.long, device=logits.device)
     if rows:
-        sub = [seqs[i] for i in rows]
         idx = torch.tensor(rows, device=logits.device)
-        x = logits[idx]  # a copy: the draw consumes it
-        temperatures = [s.params.temperature for s in sub]
-        if any(t != 1.0 for t in temperatures):
-            x.div_(torch.tensor(temperatures, device=logits.device)[:, None])
-        if any(s.params.top_k > 0 or s.params.top_p < 1.0 for s in sub):
-            top_k = torch.tensor([s.params.top_k for s in sub], device=logits.device)
-            top_p = torch.tensor([s.params.top_p for s in sub], device=logits.device)
-            x = _filter_top_k_top_p(x, top_k, top_p)
-        drawn = _inverse_cdf(x, _uniforms(sub, logits.device))
+        x = _processed(logits[idx], [seqs[i] for i in rows])  # a copy: the draw consumes it
+        if exclude is not None:
+            banned = torch.tensor([exclude[i] for i in rows], device=logits.device)
+            hit = banned >= 0
+            x[hit.nonzero()[:, 0], banned[hit]] = float("-inf")
+        drawn = _inverse_cdf(x, _uniforms([seqs[i] for i in rows], logits.device))
         # A row with no finite mass (a hook masked everything) falls back to its argmax.
         empty = drawn < 0
         if bool(empty.any()):
             drawn[empty] = logits[idx[empty]].argmax(dim=-1)
         out[idx] = drawn
     return out.tolist()
+
+
+def verify(logits: torch.Tensor, seqs: list[Sequence], drafts: list[np.ndarray]) -> list[list[int]]:
+    """Each sequence's next tokens: the draft tokens the model accepts, then one drawn after them.
+
+    Sequence i owns ``1 + len(drafts[i])`` consecutive rows (the last token's, then each draft
+    token's). Greedy rows accept while the draft equals the argmax. Sampled rows accept draft
+    token d with probability p(d), the target distribution after temperature and top-k/p (the
+    draft proposes d with certainty); at the first rejection the next token is drawn from p
+    without d, renormalised, so the output keeps the distribution of sampling one at a time."""
+    if not any(len(d) for d in drafts):
+        return [[t] for t in sample(logits, seqs)]
+    counts = [1 + len(d) for d in drafts]
+    starts = np.cumsum([0] + counts[:-1])
+    accepted = [0] * len(seqs)
+    greedy = logits.argmax(dim=-1).tolist() if any(s.params.greedy and len(d) for s, d in zip(seqs, drafts)) else []
+    probed = [i for i, (s, d) in enumerate(zip(seqs, drafts)) if len(d) and not s.params.greedy]
+    if probed:
+        rows = [int(starts[i]) + j for i in probed for j in range(len(drafts[i]))]
+        row_seqs = [seqs[i] for i in probed for _ in drafts[i]]
+        tokens = torch.from_numpy(np.concatenate([drafts[i] for i in probed]).astype(np.int64)).to(logits.device)
+        p = _processed(logits[rows], row_seqs).softmax(dim=-1).gather(1, tokens[:, None])[:, 0]
+        keep = (_uniforms(row_seqs, logits.device) < p.double()).tolist()
+        at = 0
+        for i in probed:
+            n = len(drafts[i])
+            accepted[i] = next((j for j in range(n) if not keep[at + j]), n)
+            at += n
+    for i, (s, d) in enumerate(zip(seqs, drafts)):
+        if len(d) and s.params.greedy:
+            accepted[i] = next((j for j in range(len(d)) if int(d[j]) != greedy[int(starts[i]) + j]), len(d))
+    final = [int(starts[i]) + accepted[i] for i in range(len(seqs))]
+    exclude = [int(d[a]) if a < len(d) else -1 for d, a in zip(drafts, accepted)]
+    last = sample(logits[final], seqs, exclude if any(e >= 0 for e in exclude) else None)
+    return [[int(t) for t in d[:a]] + [tok] for d, a, tok in zip(drafts, accepted, last)]
 
 
 @dataclass(frozen=True)
@@ -142,15 +197,16 @@ class TokenLogprob:
     top: tuple[tuple[int, float], ...]  # (token id, logprob), most likely first
 
 
-def token_logprobs(logits: torch.Tensor, seqs: list[Sequence], tokens: list[int]) -> list[TokenLogprob | None]:
-    """For the rows that ask (``params.logprobs``): the distribution the hooks and fences left,
-    before temperature and top-p, as OpenAI's logprobs report it. One log-softmax and one
-    top-k for all of them."""
+def token_logprobs(logits: torch.Tensor, seqs: list[Sequence], tokens: list[int],
+                   at: np.ndarray | None = None) -> list[TokenLogprob | None]:
+    """For the requests that ask (``params.logprobs``; never drafted, so one row each, ``at[i]``,
+    default i): the distribution the hooks and fences left, before temperature and top-p, as
+    OpenAI's logprobs report it. One log-softmax and one top-k for all of them."""
     rows = [i for i, s in enumerate(seqs) if s.params.logprobs is not None]
     out: list[TokenLogprob | None] = [None] * len(seqs)
     if not rows:
         return out
-    idx = torch.tensor(rows, device=logits.device)
+    idx = torch.tensor([i if at is None else int(at[i]) for i in rows], device=logits.device)
     lp = logits[idx].log_softmax(dim=-1)
     chosen = lp.gather(1, torch.tensor([tokens[i] for i in rows], device=logits.device)[:, None])
     k = max(seqs[i].params.logprobs for i in rows)

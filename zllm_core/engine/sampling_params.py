@@ -21,6 +21,8 @@ class Fence(Protocol):
 
     def advance(self, token: int) -> None: ...
 
+    def clone(self) -> "Fence": ...  # a copy to walk a draft on; the original stays put
+
 
 @dataclass
 class SamplingParams:
@@ -36,6 +38,7 @@ class SamplingParams:
     fence: Optional[Fence] = None  # applied after the hook, so a hook cannot widen it
     # Report each sampled token's log-probability and this many top alternatives (None: none).
     logprobs: Optional[int] = None
+    speculative: bool = True  # may be drafted when the engine speculates (never with a hook or logprobs)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

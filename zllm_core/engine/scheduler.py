@@ -42,17 +42,23 @@ class Chunk:
     start: int
     length: int
     kind: TaskKind
+    draft: int = 0  # proposed tokens at the end of the chunk, verified by this step
 
     @property
     def samples(self) -> bool:
-        """Whether this chunk ends at the sequence's last token, so the step samples after it."""
-        return self.start + self.length == self.seq.num_tokens
+        """Whether this chunk reaches the sequence's last token, so the step samples after it."""
+        return self.start + self.length - self.draft == self.seq.num_tokens
+
+    @property
+    def num_logits(self) -> int:
+        """Positions whose logits the step needs: the last token's and each draft token's."""
+        return 1 + self.draft if self.samples else 0
 
 
 @dataclass(frozen=True)
 class Batch:
-    chunks: list[Chunk]  # decodes first, then prefill chunks
-    num_decodes: int
+    chunks: list[Chunk]  # one-token decodes first, then drafted decodes and prefill chunks
+    num_decodes: int  # the one-token decodes
     # Requests whose block tables were let go since the last batch (finished, aborted,
     # preempted): whoever mirrors tables drops them before reading this batch's.
     released: tuple[str, ...] = ()
@@ -84,19 +90,22 @@ class Scheduler:
         while True:
             budget = self.config.max_num_batched_tokens
             decodes = self._decodes(budget)
-            chunks = decodes + self._prefills(budget - len(decodes))
+            chunks = decodes + self._prefills(budget - sum(c.length for c in decodes))
             if chunks or not self.running:
                 break
             # Running prefills hold every block and none can advance: recompute the youngest.
             self._preempt_youngest()
         released, self._released = tuple(self._released), []
-        return Batch(chunks, len(decodes), released) if chunks else None
+        return Batch(chunks, sum(not c.draft for c in decodes), released) if chunks else None
 
     def update(self, batch: Batch) -> None:
-        """The step ran: its chunks' K/V are in place, and completed blocks join the cache."""
+        """The step ran and its tokens are appended: the chunks' K/V are in place, and completed
+        blocks join the cache. A drafted chunk computed its last token and the draft; what
+        the model accepted is now the sequence's tokens, and the slots of what it rejected
+        are simply written again later."""
         for chunk in batch.chunks:
             seq = chunk.seq
-            seq.num_computed += chunk.length
+            seq.num_computed = seq.num_tokens - 1 if chunk.draft else seq.num_computed + chunk.length
             if seq.cache is not None:
                 self.kv.commit(seq.request_id, seq.token_ids, seq.block_table, seq.num_computed)
 
@@ -135,7 +144,8 @@ class Scheduler:
     # -- chunks -----------------------------------------------------------------------
 
     def _decodes(self, budget: int) -> list[Chunk]:
-        """One token for each decoding sequence, oldest first, preempting the youngest for blocks."""
+        """One token for each decoding sequence, oldest first, preempting the youngest for blocks;
+        then, in what budget and free blocks are left, the drafts proposed after them."""
         chosen: list[Sequence] = []
         for seq in sorted((s for s in self.running if s.num_uncomputed == 1), key=_arrival)[:budget]:
             if seq.status is not Status.RUNNING:
@@ -148,7 +158,16 @@ class Scheduler:
                     break
             if seq.status is Status.RUNNING:
                 chosen.append(seq)
-        return [Chunk(s, s.num_computed, 1, TaskKind.DECODE) for s in chosen]
+        spare = budget - len(chosen)
+        plain, drafted = [], []
+        for seq in chosen:
+            # A draft is optional: one that does not fit is dropped, never a reason to preempt.
+            draft = min(seq.num_draft, spare)
+            if draft and not self.kv.grow(seq.block_table, seq.num_tokens + draft):
+                draft = 0
+            spare -= draft
+            (drafted if draft else plain).append(Chunk(seq, seq.num_computed, 1 + draft, TaskKind.DECODE, draft))
+        return plain + drafted
 
     def _prefills(self, budget: int) -> list[Chunk]:
         chunks: list[Chunk] = []

@@ -10,6 +10,7 @@ import torch
 
 from zllm_core.cache.prefix_cache import CacheRequest
 from zllm_core.cache.token_ids import TOKEN_DTYPE, TokenIds
+from zllm_core.engine.ngram_drafter import NgramDrafter
 from zllm_core.engine.sampling_params import SamplingParams
 
 
@@ -33,11 +34,15 @@ class Sequence:
     generator: Optional[torch.Generator] = None
     matched: bool = False  # looked up in the prefix cache at least once
     cache: Optional[CacheRequest] = None  # None: this request neither reads nor feeds the cache
+    drafter: Optional[NgramDrafter] = None  # None: no speculation for this request
+    num_drafted: int = 0  # draft tokens verified so far
+    num_accepted: int = 0  # of those, how many the model agreed with
     prompt_len: int = field(init=False)
     num_tokens: int = field(init=False)
     # Prompt then outputs in one growable array: the prompt is copied in once, and the cache
     # and runner read slices of it without building Python ints.
     _buffer: np.ndarray = field(init=False, repr=False)
+    num_draft: int = field(init=False, default=0)  # proposed tokens after the end of the buffer's tokens
 
     def __post_init__(self, prompt: TokenIds) -> None:
         self.prompt_len = self.num_tokens = len(prompt)
@@ -51,13 +56,31 @@ class Sequence:
         view.flags.writeable = False
         return view
 
+    @property
+    def draft(self) -> np.ndarray:
+        return self._buffer[self.num_tokens:self.num_tokens + self.num_draft]
+
+    def ids(self, start: int, length: int) -> np.ndarray:
+        """Tokens ``start:start + length`` to run, the draft's included."""
+        return self._buffer[start:start + length]
+
     def append(self, token: int) -> None:
-        if self.num_tokens == len(self._buffer):
-            grown = np.empty(2 * len(self._buffer), dtype=TOKEN_DTYPE)
-            grown[:self.num_tokens] = self._buffer
-            self._buffer = grown
+        self._reserve(1)
         self._buffer[self.num_tokens] = token
         self.num_tokens += 1
+        self.num_draft = 0
+
+    def propose(self, draft: np.ndarray) -> None:
+        """Tokens the next step verifies after the last one (kept past the end, not appended)."""
+        self._reserve(len(draft))
+        self._buffer[self.num_tokens:self.num_tokens + len(draft)] = draft
+        self.num_draft = len(draft)
+
+    def _reserve(self, n: int) -> None:
+        if self.num_tokens + n > len(self._buffer):
+            grown = np.empty(2 * (self.num_tokens + n), dtype=TOKEN_DTYPE)
+            grown[:self.num_tokens] = self._buffer[:self.num_tokens]
+            self._buffer = grown
 
     @property
     def num_uncomputed(self) -> int:

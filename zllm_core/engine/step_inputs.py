@@ -24,7 +24,7 @@ class StepInputs:
     positions: torch.Tensor  # int64 [num_tokens]
     meta: AttentionMetadata  # the whole step
     split: Optional[tuple[AttentionMetadata, AttentionMetadata]]  # (decodes, prefills) when mixed
-    sample_rows: torch.Tensor  # int64: the query rows whose logits are sampled, in chunk order
+    sample_rows: torch.Tensor  # int64: the query rows whose logits are needed, in chunk order
 
 
 class InputBuffers:
@@ -48,12 +48,12 @@ class InputBuffers:
         rows = np.empty(n, dtype=np.intp)
         starts = np.empty(n, dtype=np.int64)
         lengths = np.empty(n, dtype=np.int64)
-        samples = np.empty(n, dtype=bool)
+        logits = np.empty(n, dtype=np.int64)
         at = 0
         for i, c in enumerate(batch.chunks):
             rows[i] = self._sync(c.seq.request_id, c.seq.block_table)
-            starts[i], lengths[i], samples[i] = c.start, c.length, c.samples
-            self._ids[at:at + c.length] = c.seq.token_ids[c.start:c.start + c.length]
+            starts[i], lengths[i], logits[i] = c.start, c.length, c.num_logits
+            self._ids[at:at + c.length] = c.seq.ids(c.start, c.length)
             at += c.length
         ends = np.cumsum(lengths)
         qsl = np.zeros(n + 1, dtype=np.int32)
@@ -73,7 +73,10 @@ class InputBuffers:
             split = (self._meta(qsl[:nd + 1], seq_lens[:nd], tables[:nd], meta.slot_mapping[:nd], lengths[:nd]),
                      self._meta(qsl[nd:] - qsl[nd], seq_lens[nd:], tables[nd:], meta.slot_mapping[qsl[nd]:],
                                 lengths[nd:]))
-        return StepInputs(to(self._ids[:at]), to(positions), meta, split, to(ends[samples] - 1))
+        # Each chunk's last `logits[i]` positions, in chunk order.
+        first = np.repeat(ends - logits - (np.cumsum(logits) - logits), logits)
+        sample_rows = first + self._iota[:len(first)]
+        return StepInputs(to(self._ids[:at]), to(positions), meta, split, to(sample_rows))
 
     def _sync(self, request_id: str, table: list[int]) -> int:
         row = self._rows.get(request_id)
