@@ -196,7 +196,8 @@ class LLMEngine:
         sampled = [c.seq for c in batch.chunks if c.samples]
         # The fences' rows for this step depend only on tokens sampled before it: a worker
         # computes them while the model runs (the native walks release the GIL).
-        rows = _FENCE_WORKER.submit(fence_rows, sampled) if any(s.params.fence for s in sampled) else None
+        fences = [s.params.fence for s in sampled]
+        rows = _FENCE_WORKER.submit(fence_rows, fences) if any(fences) else None
         logits = self.runner.run(batch)
         self.scheduler.update(batch)
         logits[:, self.sampleable:] = float("-inf")

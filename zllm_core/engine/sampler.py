@@ -9,6 +9,7 @@ import torch
 
 from zllm_core.engine.sequence import Sequence
 from zllm_core.fence.bitmask import apply_token_bitmask_
+from zllm_core.fence.token_fence import TokenFence
 
 CDF_BLOCK = 1024  # tokens per block of the two-level inverse CDF
 
@@ -80,14 +81,14 @@ def apply_hooks(logits: torch.Tensor, seqs: list[Sequence]) -> dict[int, Excepti
     return failed
 
 
-def fence_rows(seqs: list[Sequence]) -> tuple[dict[int, np.ndarray], dict[int, Exception]]:
+def fence_rows(fences: list[TokenFence | None]) -> tuple[dict[int, np.ndarray], dict[int, Exception]]:
     """Each fenced row's packed mask for this step (rows with nothing constrained left out),
     and the rows whose fence failed: a failing fence fails its row only."""
     masks, failed = {}, {}
-    for i, seq in enumerate(seqs):
-        if seq.params.fence is not None:
+    for i, fence in enumerate(fences):
+        if fence is not None:
             try:
-                row = seq.params.fence.bitmask()
+                row = fence.bitmask()
             except Exception as exc:  # noqa: BLE001 - one request's fence must not end the batch
                 failed[i] = exc
                 continue
