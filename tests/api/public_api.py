@@ -1,4 +1,4 @@
-"""The public API as text: one line per name in `zllm_core.__all__` and per public member of
+"""The public API as text: one line per public name (`public_names`) and per public member of
 each class (defined in zllm_core, inherited ones included), with its signature.
 
     python -m tests.api.public_api > tests/api/public_api.txt   # after a deliberate change
@@ -37,10 +37,16 @@ def _members(cls: type) -> list[str]:
     return lines
 
 
+def public_names() -> dict[str, Any]:
+    """`zllm_core.__all__`, and the adapter kept in its module (transformers is optional)."""
+    from zllm_core.adapters.transformers import FenceLogitsProcessor
+    names = {name: getattr(zllm_core, name) for name in zllm_core.__all__}
+    return {**names, "adapters.transformers.FenceLogitsProcessor": FenceLogitsProcessor}
+
+
 def render() -> list[str]:
     lines = []
-    for name in sorted(zllm_core.__all__):
-        obj = getattr(zllm_core, name)
+    for name, obj in sorted(public_names().items()):
         if inspect.isclass(obj):
             lines.append(f"class {name}{_signature(obj)}")
             lines += _members(obj)
