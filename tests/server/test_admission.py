@@ -21,7 +21,7 @@ HUGE = " ".join(f"v{i * 7919 % 1000003:x}q" for i in range(125_000))
 def generation():
     model_dir = resolve_model("zllm-demo")
     prompts = PromptBuilder.from_model_dir(model_dir, Tokenizer.from_pretrained(model_dir))
-    return Generation(None, prompts, Limits(max_model_len=16384, max_output_tokens=64), ServerMetrics(dict, dict))
+    return Generation(None, tuple, prompts, Limits(max_model_len=16384, max_output_tokens=64), ServerMetrics(dict, dict))
 
 
 def test_a_million_character_prompt_leaves_the_event_loop_running(generation):

@@ -10,9 +10,6 @@ merge, a character split into its UTF-8 bytes): re-tokenizing such an answer giv
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 from dataclasses import dataclass, field, replace
 
 import anthropic
@@ -20,8 +17,8 @@ import numpy as np
 import openai
 import pytest
 import torch
-import uvicorn
 
+from tests.server.in_process import serving
 from zllm_core.engine.async_engine import AsyncEngine
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.model.model_names import resolve_model
@@ -94,18 +91,8 @@ def live():
     engine = ScriptedEngine(AsyncEngine.from_model(str(model_dir)))
     app = create_app(engine, PromptBuilder.from_model_dir(model_dir, engine.tokenizer),
                      ServerConfig(model_name=MODEL))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield engine, f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(10)
+    with serving(app) as url:
+        yield engine, url
     engine.engine.shutdown()
 
 

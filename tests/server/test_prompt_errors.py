@@ -20,7 +20,7 @@ REFUSING = ("{% if messages[0].role != 'system' %}"
 def generation():
     tokenizer = Tokenizer.from_pretrained(resolve_model("zllm-demo"))
     prompts = PromptBuilder(ChatTemplate(REFUSING, dialect_named("hermes")), tokenizer)
-    return Generation(None, prompts, Limits(max_model_len=1024, max_output_tokens=16), ServerMetrics(dict, dict))
+    return Generation(None, tuple, prompts, Limits(max_model_len=1024, max_output_tokens=16), ServerMetrics(dict, dict))
 
 
 def request(*messages: Message) -> CanonicalRequest:

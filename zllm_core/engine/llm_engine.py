@@ -223,7 +223,8 @@ class LLMEngine:
         drafts = [np.array(c.seq.draft[:c.draft]) for c in chunks]
         # The fences' rows for this step depend only on tokens sampled before it: a worker
         # computes them while the model runs (the native walks release the GIL).
-        rows = _FENCE_WORKER.submit(fence_rows, seqs, drafts) if any(s.params.fence for s in seqs) else None
+        fences = [s.params.fence for s in seqs]
+        rows = _FENCE_WORKER.submit(fence_rows, fences, drafts) if any(fences) else None
         logits = self.runner.run(batch)  # 1 + draft rows per sampling chunk
         logits[:, self.sampleable:] = float("-inf")
         first_rows = np.cumsum([0] + [1 + len(d) for d in drafts[:-1]])

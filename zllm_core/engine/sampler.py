@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from zllm_core.engine.sampling_params import Fence
 from zllm_core.engine.sequence import Sequence
 from zllm_core.fence.bitmask import apply_token_bitmask_
 
@@ -81,15 +82,16 @@ def apply_hooks(logits: torch.Tensor, seqs: list[Sequence], rows: np.ndarray | N
     return failed
 
 
-def fence_rows(seqs: list[Sequence], drafts: list[np.ndarray]) -> tuple[dict[int, np.ndarray], dict[int, Exception]]:
+def fence_rows(fences: list[Fence | None], drafts: list[np.ndarray] | None = None
+               ) -> tuple[dict[int, np.ndarray], dict[int, Exception]]:
     """Each fenced row's packed mask for this step (rows with nothing constrained left out),
-    and the requests whose fence failed: a failing fence fails its request only. A drafted
-    request owns 1 + len(draft) rows: a clone of its fence walks the draft to give each its
-    row, while the fence itself stays put until the accepted tokens are known."""
+    and the requests whose fence failed: a failing fence fails its request only. A request
+    with a draft owns 1 + len(draft) rows: a clone of its fence walks the draft to give each
+    its row, while the fence itself stays put until the accepted tokens are known."""
     masks, failed = {}, {}
     row = 0
-    for i, (seq, draft) in enumerate(zip(seqs, drafts)):
-        fence = seq.params.fence
+    for i, fence in enumerate(fences):
+        draft = drafts[i] if drafts is not None else ()
         if fence is not None:
             try:
                 probe = fence.clone() if len(draft) else fence

@@ -13,12 +13,15 @@ import itertools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from zllm_core.fence.automaton import UTF8_RANGES, Dfa, Expr, Lit, alt, compile_dfa
 from zllm_core.fence.vocab_index import NO_LIMIT, Row, VocabIndex
+
+if TYPE_CHECKING:  # fences read only token_bytes, special_tokens and vocab_size of it
+    from zllm_core.tokenizer.tokenizer import Tokenizer
 
 PSEUDO_BYTES = (0xC0, 0xC1, *range(0xF5, 0x100))  # never part of well-formed UTF-8
 LOOP_BYTES = 16  # a state with this many ASCII bytes returning to it takes the loop walk
@@ -54,6 +57,12 @@ class FenceVocab:
         excluded = set(end_ids) | {i for t, i in special_tokens.items() if t not in pseudo} | {
             i for i, t in enumerate(token_bytes) if not pseudo_set.isdisjoint(t)}
         return cls(VocabIndex.cached(walked, sorted(excluded)), tuple(end_ids), pseudo)
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Tokenizer, end_ids: Sequence[int], tags: Sequence[str] = ()) -> "FenceVocab":
+        """`tokenizer`'s vocabulary; `end_ids` end a turn (the model's EOS ids)."""
+        return cls.build([tokenizer.token_bytes(i) for i in range(tokenizer.vocab_size)],
+                         tokenizer.special_tokens, end_ids, tags)
 
     @property
     def vocab_size(self) -> int:

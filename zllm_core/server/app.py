@@ -2,41 +2,45 @@
 
 `create_app` takes a running engine and the prompt builder for its model; every route converts
 its protocol to the canonical form, goes through the same `Generation`, and encodes the result
-back into its protocol.
+back into its protocol. `protocol_routes` is the protocols alone, for any app to mount.
 """
 from __future__ import annotations
 
 from datetime import datetime, timezone
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Response
 
 from zllm_core.server import chat_completions, errors, messages, responses, responses_socket
-from zllm_core.fence.guard import GuardConfig
 from zllm_core.server.access_log import AccessLog
 from zllm_core.server.gate import Gate
-from zllm_core.server.generation import Generation, Limits
 from zllm_core.server.metrics import CONTENT_TYPE, ServerMetrics
 from zllm_core.server.prompt import PromptBuilder
-from zllm_core.server.response_store import ResponseStore
-from zllm_core.server.runtime import Runtime, ServerConfig, runtime
+from zllm_core.server.runtime import Runtime, ServerConfig
+
+
+def protocol_routes(rt: Runtime) -> APIRouter:
+    """Chat Completions, Responses (HTTP and WebSocket) and Messages over `rt`."""
+    router = APIRouter(dependencies=[Depends(rt.bind)])
+    for module in (chat_completions, responses, responses_socket, messages):
+        router.include_router(module.router)
+    return router
 
 
 def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> FastAPI:
     """`engine` is an AsyncEngine or anything with its `generate`, `metrics` and `max_model_len`."""
     max_len = min(config.max_model_len or engine.max_model_len, engine.max_model_len)
     metrics = ServerMetrics(engine.metrics, prompts.metrics)
-    guard = GuardConfig() if config.loop_guard else None
-    generation = Generation(engine, prompts, Limits(max_len, config.max_output_tokens, guard), metrics)
+    rt = Runtime.build(config, engine.generate, lambda: engine.model_config.eos_token_ids, prompts, max_len,
+                       metrics)
     app = FastAPI(title="zllm", version="0.1.0")
-    app.state.runtime = Runtime(config, generation, ResponseStore(config.store_path))
+    app.state.runtime = rt  # for whoever holds the app
     errors.install(app)
-    for module in (chat_completions, responses, responses_socket, messages):
-        app.include_router(module.router)
+    app.include_router(protocol_routes(rt))
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "requests_running": generation.running}
+        return {"status": "ok", "requests_running": rt.generation.running}
 
     @app.get("/metrics")
     async def prometheus() -> Response:
@@ -50,14 +54,13 @@ def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> Fas
         return {**engine.metrics(), "tokenizer": prompts.metrics()}
 
     @app.get("/v1/models")
-    async def models(request: Request) -> dict[str, Any]:
+    async def models() -> dict[str, Any]:
         # One body both SDKs read: OpenAI's list fields and Anthropic's page fields.
-        created = runtime(request).created
         mc = engine.model_config
-        model = {"id": config.model_name, "object": "model", "created": created,
+        model = {"id": config.model_name, "object": "model", "created": rt.created,
                  "owned_by": "zllm", "max_model_len": max_len, "type": "model",
                  "display_name": config.model_name,
-                 "created_at": datetime.fromtimestamp(created, timezone.utc).isoformat(),
+                 "created_at": datetime.fromtimestamp(rt.created, timezone.utc).isoformat(),
                  # The card: what the model was trained for and how its source file stores it.
                  "context_length": mc.max_position_embeddings, "architecture": mc.architecture,
                  "quantization": mc.quantization}

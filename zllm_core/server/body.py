@@ -16,6 +16,8 @@ import orjson
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
+from zllm_core.server.errors import ROUTE_ERRORS, route_error
+
 
 def loads(body: bytes) -> Any:
     try:
@@ -36,5 +38,8 @@ class FastBodyRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def route(request: Request) -> Response:
-            return await handler(FastBodyRequest(request.scope, request.receive))
+            try:
+                return await handler(FastBodyRequest(request.scope, request.receive))
+            except ROUTE_ERRORS as exc:
+                return route_error(request.url.path, exc)
         return route

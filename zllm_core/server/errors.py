@@ -72,18 +72,24 @@ def validation_error(exc: RequestValidationError) -> RequestError:
     return RequestError(f"invalid field '{param}': {first.get('msg')}{more}", param=param)
 
 
+ROUTE_ERRORS = (RequestError, RequestValidationError, HTTPException)
+
+
+def route_error(path: str, exc: RequestError | RequestValidationError | HTTPException) -> JSONResponse:
+    """The protocol's error response for one of ROUTE_ERRORS: the routes answer their own, so
+    an app of the caller's that mounts them gives SDKs the shapes they parse."""
+    if isinstance(exc, RequestValidationError):
+        exc = validation_error(exc)
+    elif isinstance(exc, HTTPException):
+        exc = RequestError(str(exc.detail), status=exc.status_code)
+    return error_response(path, exc)
+
+
 def install(app: FastAPI) -> None:
-    @app.exception_handler(RequestError)
-    async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
-        return error_response(request.url.path, exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(request.url.path, validation_error(exc))
-
+    """The app's own errors (no such path, a method it lacks, a bug outside a route)."""
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
-        return error_response(request.url.path, RequestError(str(exc.detail), status=exc.status_code))
+        return route_error(request.url.path, exc)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:

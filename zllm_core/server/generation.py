@@ -12,7 +12,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator, Union
+from typing import Any, AsyncIterator, Callable, Sequence, Union
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from zllm_core.server.prompt import Prompt, PromptBuilder
 from zllm_core.server.tool_call_memory import ToolCallMemory
 
 log = logging.getLogger("zllm.server")
+# AsyncEngine.generate's shape: (prompt ids, SamplingParams, request_id=, cache=CacheHint) streaming
+# GenerationEvents; the request's fence, if any, rides in the params for the generator to apply.
+Generate = Callable[..., AsyncIterator[Any]]
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,13 @@ class Admitted:
 
 
 class Generation:
-    def __init__(self, engine: Any, prompts: PromptBuilder, limits: Limits, metrics: ServerMetrics):
-        self.engine, self.prompts, self.limits, self.metrics = engine, prompts, limits, metrics
+    def __init__(self, generate: Generate, end_ids: Callable[[], Sequence[int]], prompts: PromptBuilder,
+                 limits: Limits, metrics: ServerMetrics):
+        """`end_ids()` gives the ids that end a turn; it is asked on the first fenced request."""
+        self.generate, self.prompts, self.limits, self.metrics = generate, prompts, limits, metrics
         self.running = 0  # engine streams open now (/health reports it)
         self.calls = ToolCallMemory()
-        self.fences = FenceFactory(prompts.dialect, lambda tags: prompts.fence_vocab(
-            engine.model_config.eos_token_ids, tags))
+        self.fences = FenceFactory(prompts.dialect, lambda tags: prompts.fence_vocab(end_ids(), tags))
         self._compiles = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zllm-fence")
 
     async def prompt(self, req: CanonicalRequest, tenant: str = "") -> Prompt:
@@ -109,7 +113,7 @@ class Generation:
         # The conversation's one identity (the request's key, else its tokenizer session's):
         # a hint the cache verifies token by token.
         hint = CacheHint(tenant=admitted.tenant, cache_id=admitted.prompt.conversation)
-        engine_stream = self.engine.generate(admitted.prompt.token_ids, admitted.request.sampling,
+        engine_stream = self.generate(admitted.prompt.token_ids, admitted.request.sampling,
                                              request_id=request_id, cache=hint)
         self.running += 1
         clock = _Clock(admitted.arrived, self.metrics)

@@ -56,9 +56,7 @@ class PromptBuilder:
 
     def fence_vocab(self, end_ids: Sequence[int], tags: Sequence[str]) -> FenceVocab:
         """What this tokenizer's fences walk over; `end_ids` end a turn (the model's EOS)."""
-        tok = self.tokens.tokenizer
-        return FenceVocab.build([tok.token_bytes(i) for i in range(tok.vocab_size)], tok.special_tokens,
-                                end_ids, tags)
+        return FenceVocab.for_tokenizer(self.tokens.tokenizer, end_ids, tags)
 
     def render(self, req: CanonicalRequest) -> str:
         extra = {} if req.thinking is None else {"enable_thinking": req.thinking}

@@ -3,10 +3,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Sequence
 
+from starlette.requests import HTTPConnection
+
+from zllm_core.fence.guard import GuardConfig
 from zllm_core.protocols.canonical import RequestError
-from zllm_core.server.generation import Generation
+from zllm_core.server.generation import Generate, Generation, Limits
+from zllm_core.server.metrics import ServerMetrics
+from zllm_core.server.prompt import PromptBuilder
 from zllm_core.server.response_store import ResponseStore
 
 
@@ -23,7 +28,7 @@ class ServerConfig:
 
 @dataclass
 class Runtime:
-    """What every route needs, reached through `request.app.state.runtime`."""
+    """What every route needs, reached through `runtime(request)`."""
 
     config: ServerConfig
     generation: Generation
@@ -37,5 +42,23 @@ class Runtime:
                                code="model_not_found")
 
 
+    @classmethod
+    def build(cls, config: ServerConfig, generate: Generate, end_ids: Callable[[], Sequence[int]],
+              prompts: PromptBuilder, max_model_len: int, metrics: ServerMetrics) -> "Runtime":
+        """`generate` streams a request's output (AsyncEngine.generate's shape); `end_ids()` gives
+        the ids that end a turn (the model's EOS ids, what fences allow once a structure is
+        complete), asked on the first fenced request."""
+        guard = GuardConfig() if config.loop_guard else None
+        limits = Limits(max_model_len, config.max_output_tokens, guard)
+        return cls(config, Generation(generate, end_ids, prompts, limits, metrics), ResponseStore(config.store_path))
+
+    def bind(self, conn: HTTPConnection) -> None:
+        """A route dependency: this runtime for the request's routes, whichever app mounts them.
+        A request the Gate did not see (an app of the caller's) belongs to the default tenant."""
+        conn.state.runtime = self
+        if getattr(conn.state, "tenant", None) is None:
+            conn.state.tenant = ""
+
+
 def runtime(request: Any) -> Runtime:
-    return request.app.state.runtime
+    return request.state.runtime
