@@ -39,9 +39,12 @@ def test_chunked_prefill_gives_the_same_tokens(make_engine):
     assert whole == chunked
 
 
-def test_thousand_random_requests_with_cancellations_and_preemptions_leave_the_pool_empty(make_engine, demo_model):
+@pytest.mark.parametrize("speculative", [0, 4])
+def test_thousand_random_requests_with_cancellations_and_preemptions_leave_the_pool_empty(make_engine, demo_model,
+                                                                                          speculative):
     block_bytes = 16 * 2 * 2 * 64 * 4 * demo_model.config.num_layers
-    engine = make_engine(kv_cache_bytes=12 * block_bytes, max_num_seqs=16, max_num_batched_tokens=192)
+    engine = make_engine(kv_cache_bytes=12 * block_bytes, max_num_seqs=16, max_num_batched_tokens=192,
+                         speculative_tokens=speculative)
     assert engine.kv.pool.num_blocks == 12  # 16 running sequences outgrow it: preemption is forced
     rng = random.Random(7)
     pending = list(range(1000))
@@ -51,7 +54,7 @@ def test_thousand_random_requests_with_cancellations_and_preemptions_leave_the_p
         while pending and len(live) < 32:
             i = pending.pop()
             prompt = [rng.randrange(1000, 150000) for _ in range(rng.randrange(1, 30))]
-            prompt = prompt if rng.random() < 0.7 else [11, 22, 33, 44] * 6 + prompt  # some share a prefix
+            prompt = prompt if rng.random() < 0.7 else [11, 22, 33, 44] * 6 + prompt  # some share a prefix (and drafts)
             engine.add_request(f"r{i}", prompt, SamplingParams(max_tokens=rng.randrange(1, 24),
                                                                 temperature=rng.choice([0.0, 0.8]), seed=i))
             live.append(f"r{i}")
@@ -63,6 +66,7 @@ def test_thousand_random_requests_with_cancellations_and_preemptions_leave_the_p
                 finished += 1
                 live.remove(out.request_id)
     assert engine.scheduler.num_preemptions > 0 and finished > 500
+    assert (engine.spec_stats.accepted > 0) == bool(speculative)
     engine.kv.cache.clear()
     assert engine.kv.pool.is_empty()
 

@@ -24,9 +24,11 @@ CALL_TOKENS = {"hermes": 64, "glm45": 64, "glm47": 64, "dsml": 128}  # DSML's ta
 DIALECTS = tuple(CALL_TOKENS)
 
 
-@pytest.fixture(scope="module")
-def llm():
-    return LLM("zllm-demo", kv_cache_bytes=256 << 20, max_num_seqs=256)
+@pytest.fixture(scope="module", params=[0, 4], ids=["plain", "speculative"])
+def llm(request):
+    """Without and with speculation: every draft position is fenced on a clone, so the suite
+    must pass unchanged with prompt-lookup drafts of 4 tokens."""
+    return LLM("zllm-demo", kv_cache_bytes=256 << 20, max_num_seqs=256, speculative_tokens=request.param)
 
 
 def vocab_for(llm, dialect: str) -> FenceVocab:

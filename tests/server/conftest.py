@@ -73,7 +73,8 @@ def _wait_healthy(url: str) -> None:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory) -> LiveServer:
-    live = start_server(tmp_path_factory.mktemp("store") / "responses.sqlite3")
+    # Speculating, as a server for agents would: every live test then runs drafted steps.
+    live = start_server(tmp_path_factory.mktemp("store") / "responses.sqlite3", "--speculative-tokens", "4")
     yield live
     live.stop()
 

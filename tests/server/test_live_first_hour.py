@@ -39,7 +39,8 @@ def test_metrics_are_prometheus_text_with_the_serving_figures(server, openai_cli
     for name in ("zllm_time_to_first_token_seconds", "zllm_inter_token_latency_seconds",
                  "zllm_requests_waiting", "zllm_prefix_cache_token_hit_rate", "zllm_prefix_cache_lookups",
                  "zllm_prefix_cache_near_misses", "zllm_prefix_cache_evictions", "zllm_tokenizer_calls",
-                 "zllm_tokenizer_shadow_checked", "zllm_kv_blocks"):
+                 "zllm_tokenizer_shadow_checked", "zllm_kv_blocks", "zllm_spec_draft_tokens",
+                 "zllm_spec_acceptance_rate"):
         assert name in families, name
     ttft = {s.name: s.value for s in families["zllm_time_to_first_token_seconds"].samples}
     assert ttft["zllm_time_to_first_token_seconds_count"] >= 1

@@ -74,6 +74,9 @@ def add_serve_parser(sub) -> None:
                    help="tokens per engine step, decodes first, prefill chunks in the rest "
                         "(default: the engine's, 2048; smaller keeps decoding streams smoother "
                         "while a long prompt prefills)")
+    p.add_argument("--speculative-tokens", type=int, default=0,
+                   help="prompt-lookup draft tokens verified per decode step (0: off); requests "
+                        "asking for logprobs are never drafted")
     p.add_argument("--ssd-cache-dir", default=None,
                    help="directory of the prefix cache's SSD tier (off when not given)")
     p.add_argument("--ssd-cache-bytes", type=byte_size, default=64 << 30,
@@ -120,7 +123,7 @@ def run_serve(args: argparse.Namespace) -> int:
     engine_config = {"device": device, "allow_long_context": args.allow_long_context}
     if args.max_model_len:
         engine_config["max_model_len"] = args.max_model_len
-    for name in ("kv_cache_bytes", "max_num_seqs", "max_num_batched_tokens"):
+    for name in ("kv_cache_bytes", "max_num_seqs", "max_num_batched_tokens", "speculative_tokens"):
         if getattr(args, name):
             engine_config[name] = getattr(args, name)
     if args.ssd_cache_dir:

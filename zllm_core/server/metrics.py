@@ -54,7 +54,17 @@ class _Counters:
             yield from _prefix_cache(e["cache"])
         if e.get("ssd") is not None:
             yield from _ssd_tier(e["ssd"])
+        if e.get("speculative") is not None:
+            yield from _speculation(e["speculative"])
         yield from _tokenizer(self.tokenizer())
+
+
+def _speculation(s: dict[str, float]) -> Iterator[Metric]:
+    yield _counter("zllm_spec_draft_tokens", "Prompt-lookup draft tokens verified", s["drafted"])
+    yield _counter("zllm_spec_accepted_tokens", "Draft tokens the model accepted", s["accepted"])
+    yield _gauge("zllm_spec_acceptance_rate", "accepted / drafted", s["acceptance_rate"])
+    yield _gauge("zllm_spec_tokens_per_step", "Tokens a drafted decode step emits (accepted + 1)",
+                 s["tokens_per_step"])
 
 
 def _prefix_cache(c: dict[str, Any]) -> Iterator[Metric]:
