@@ -3,7 +3,9 @@
     PYTHONPATH=$PWD python bench/speculative.py [--model smollm2] [--k 4] [--new-tokens 128]
                                                 [--rounds 3] [--threads 1] [--clock cpu]
 
-Three workloads an agent produces, through the model's chat template, greedy:
+Three workloads an agent produces, through the model's chat template, greedy; the two copy
+workloads continue an answer that has begun (its first lines), as an agent's turn does once
+it is writing the file back:
 * code edit: a source file of this repository, to be returned with one name changed;
 * tool output echo: a directory listing, to be repeated with one line added;
 * free text: a short story (nothing to copy: speculation must cost little there).
@@ -31,16 +33,19 @@ from zllm_core.tokenizer import Tokenizer
 REPO = Path(__file__).resolve().parents[1]
 
 
-def workloads() -> dict[str, str]:
+def workloads() -> dict[str, tuple[str, str]]:
+    """name -> (the user's message, the start of the assistant's answer it continues)."""
     code = "\n".join((REPO / "zllm_core/engine/sequence.py").read_text().splitlines()[20:60])
     listing = "\n".join(f"-rw-r--r--  1 dev  staff  {len(p.read_bytes()):>7}  Dec  1 12:00  {p.name}"
                         for p in sorted((REPO / "zllm_core/engine").glob("*.py")))
     return {
-        "code edit": f"Here is a Python file:\n```python\n{code}\n```\nReturn the whole file with "
-                     "`num_computed` renamed to `computed`. Output only the code.",
-        "tool output echo": f"The command `ls -l` printed:\n```\n{listing}\n```\nRepeat that output "
-                            "exactly, then add a line for a new file `drafter.py`.",
-        "free text": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+        "code edit": (f"Here is a Python file:\n```python\n{code}\n```\nReturn the whole file with "
+                      "`num_computed` renamed to `computed`. Output only the code.",
+                      "```python\n" + "\n".join(code.splitlines()[:3]) + "\n"),
+        "tool output echo": (f"The command `ls -l` printed:\n```\n{listing}\n```\nRepeat that output "
+                             "exactly, then add a line for a new file `drafter.py`.",
+                             "```\n" + listing.splitlines()[0] + "\n"),
+        "free text": ("Write a short story about a lighthouse keeper who finds a message in a bottle.", ""),
     }
 
 
@@ -80,9 +85,9 @@ def main() -> None:
           f"{torch.get_num_threads()}, {args.clock} clock, best of {args.rounds} alternating rounds")
     print(f"{'workload':>17} {'tokens':>6} {'plain tok/s':>11} {'spec tok/s':>10} {'ratio':>6} "
           f"{'tok/step':>8} {'accepted':>8}")
-    for name, text in workloads().items():
-        prompt = tokenizer.encode(template.render([Message("user", text)], add_generation_prompt=True),
-                                  allowed_special="all")
+    for name, (text, answer) in workloads().items():
+        rendered = template.render([Message("user", text)], add_generation_prompt=True) + answer
+        prompt = tokenizer.encode(rendered, allowed_special="all")
         best: dict[int, tuple[float, int]] = {}
         outputs = {}
         for _ in range(args.rounds):

@@ -94,3 +94,37 @@ def test_requests_with_hooks_or_logprobs_or_that_opt_out_are_never_drafted(make_
                    SamplingParams(max_tokens=24, temperature=0.0, logits_hook=lambda ids, row: None)):
         run_all(engine, [prompt], params)
     assert engine.spec_stats.drafted == 0
+
+
+def test_greedy_output_is_identical_with_and_without_speculation_on_agent_trace_calls(make_engine, agent_trace):
+    """The tails of real agent calls (tool schemas, tool output, history), as the demo model's
+    tokenizer and template render them."""
+    from trace_replay import rendered_calls  # bench/, on sys.path from tests/conftest.py
+
+    from zllm_core.dialects import ChatTemplate
+    from zllm_core.model.model_names import resolve_model
+    from zllm_core.tokenizer import Tokenizer
+
+    model_dir = resolve_model("zllm-demo")
+    tokenizer, template = Tokenizer.from_pretrained(model_dir), ChatTemplate.from_model_dir(model_dir)
+    prompts = [tokenizer.encode(text, allowed_special="all")[-1500:]
+               for _, text in rendered_calls(agent_trace, template, sessions=2, max_calls=2)]
+    params = SamplingParams(max_tokens=32, temperature=0.0)
+    engine = make_engine(speculative_tokens=4)
+    assert run_all(engine, prompts, params) == run_all(make_engine(), prompts, params)
+    assert engine.spec_stats.drafted > 0
+
+
+def test_the_loop_guard_still_breaks_loops_on_drafted_steps(make_engine):
+    """A prompt that repeats itself: the model loops and prompt lookup drafts the loop; each
+    draft position is guarded on a clone, so the loop is broken and the turn ends in budget."""
+    from zllm_core.fence.guard import GenerationGuard
+    from zllm_core.fence.token_fence import TokenFence
+
+    engine = make_engine(speculative_tokens=4)
+    eos = tuple(engine.model.config.eos_token_ids)
+    fence = TokenFence(None, 200, GenerationGuard(), vocab_size=engine.sampleable, end_ids=eos)
+    prompt = [1000 + i % 7 for i in range(60)]
+    (out,) = run_all(engine, [prompt], SamplingParams(max_tokens=200, temperature=0.0, fence=fence))
+    assert engine.spec_stats.drafted > 0 and fence.guard.breaks > 0
+    assert out[-1] in eos and len(out) < 200

@@ -82,3 +82,18 @@ def test_greedy_continuations_equal_transformers(llm, reference, capsys):
     lengths = [len(out.token_ids) for out in ours]
     report(capsys, f"SmolLM2: {len(PROMPTS)} chat prompts, greedy continuations of {lengths} tokens identical to "
                    f"transformers (first: {ours[0].text[:40]!r})")
+
+
+def test_speculation_leaves_greedy_continuations_unchanged(llm):
+    """The chat prompts, and a copy continuation (the answer has begun repeating the prompt's
+    code), which prompt lookup drafts: identical tokens (bench/speculative.py measures the
+    acceptance)."""
+    code = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+    copy = prompt_for(PATH).render([Message("user", f"Repeat this code:\n```python\n{code}```")], ()) + \
+        "```python\ndef area(w, h):\n"
+    prompts = [chat_ids(llm, p) for p in PROMPTS] + [llm.encode(copy)]
+    params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0)
+    speculative = LLM(SMOLLM2, speculative_tokens=4)
+    assert [c.token_ids for c in speculative.generate(prompts, params)] == \
+        [c.token_ids for c in llm.generate(prompts, params)]
+    assert speculative.engine.spec_stats.accepted > 0
