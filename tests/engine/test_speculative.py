@@ -128,3 +128,14 @@ def test_the_loop_guard_still_breaks_loops_on_drafted_steps(make_engine):
     (out,) = run_all(engine, [prompt], SamplingParams(max_tokens=200, temperature=0.0, fence=fence))
     assert engine.spec_stats.drafted > 0 and fence.guard.breaks > 0
     assert out[-1] in eos and len(out) < 200
+
+
+def test_each_request_reports_its_own_drafts(make_engine):
+    engine = make_engine(speculative_tokens=4)
+    engine.add_request("copy", [1000 + i % 7 for i in range(40)], LOOPING)
+    last = None
+    while engine.has_unfinished():
+        for last in engine.step():
+            pass
+    stats = engine.spec_stats
+    assert last.finished and (last.drafted, last.accepted) == (stats.drafted, stats.accepted) and last.accepted > 0

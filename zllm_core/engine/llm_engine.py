@@ -92,6 +92,8 @@ class RequestOutput:
     completion_tokens: int
     logprobs: Optional[list[TokenLogprob]] = None  # one per new token, when the request asked
     stop_token: bool = False  # the last new token is a stop token (EOS): it has no text
+    drafted: int = 0  # draft tokens verified for this request so far
+    accepted: int = 0  # of those, how many the model accepted
 
     @property
     def finished(self) -> bool:
@@ -280,4 +282,4 @@ class LLMEngine:
         if seq.status is Status.FINISHED:
             self._seqs.pop(seq.request_id, None)
         return RequestOutput(seq.request_id, new, seq.finish_reason, error, seq.prompt_len, seq.num_cached,
-                             seq.num_output, logprobs, stop_token)
+                             seq.num_output, logprobs, stop_token, seq.num_drafted, seq.num_accepted)

@@ -9,6 +9,8 @@ O(1) however long the context is.
 """
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 N = 3  # tokens a match must share; shorter matches propose noise more often than copies
@@ -29,6 +31,12 @@ def _key(gram: list[int]) -> int:
     for t in gram:
         key = (key << _SHIFT) | t
     return key
+
+
+class Drafter(Protocol):
+    """What proposes draft tokens; a draft model would be another."""
+
+    def propose(self, tokens: np.ndarray) -> np.ndarray: ...
 
 
 class NgramDrafter:

@@ -24,6 +24,8 @@ class GenerationEvent:
     cached_tokens: int
     completion_tokens: int
     logprobs: Optional[list[TokenLogprob]] = None
+    drafted: int = 0  # speculation so far: draft tokens verified, and accepted
+    accepted: int = 0
 
 
 class OutputProcessor:
@@ -43,4 +45,4 @@ class OutputProcessor:
             if reason:
                 text += detok.flush()
         return GenerationEvent(out.new_token_ids, text, reason, stop_string, out.prompt_tokens,
-                               out.cached_tokens, out.completion_tokens, out.logprobs)
+                               out.cached_tokens, out.completion_tokens, out.logprobs, out.drafted, out.accepted)

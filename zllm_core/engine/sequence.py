@@ -10,7 +10,7 @@ import torch
 
 from zllm_core.cache.prefix_cache import CacheRequest
 from zllm_core.cache.token_ids import TOKEN_DTYPE, TokenIds
-from zllm_core.engine.ngram_drafter import NgramDrafter
+from zllm_core.engine.ngram_drafter import Drafter
 from zllm_core.engine.sampling_params import SamplingParams
 
 
@@ -34,7 +34,7 @@ class Sequence:
     generator: Optional[torch.Generator] = None
     matched: bool = False  # looked up in the prefix cache at least once
     cache: Optional[CacheRequest] = None  # None: this request neither reads nor feeds the cache
-    drafter: Optional[NgramDrafter] = None  # None: no speculation for this request
+    drafter: Optional[Drafter] = None  # None: no speculation for this request
     num_drafted: int = 0  # draft tokens verified so far
     num_accepted: int = 0  # of those, how many the model agreed with
     prompt_len: int = field(init=False)

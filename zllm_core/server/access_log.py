@@ -1,5 +1,6 @@
 """One access line per HTTP request: method, path, status, tokens in/out/cached, time to first
-token and duration, at info level (`--log-level` changes it).
+token, draft tokens accepted/verified when speculating, and duration, at info level
+(`--log-level` changes it).
 
 The generation fills the request's `Access` record through a context variable, so the line is
 written where the response ends (streams included) without any route passing it along.
@@ -23,12 +24,15 @@ class Access:
     completion_tokens: int | None = None
     cached_tokens: int | None = None
     ttft: float | None = None  # seconds from admission to the first output token
+    drafted: int = 0  # speculation: draft tokens verified, and accepted
+    accepted: int = 0
 
     def line(self, method: str, path: str, status: int, seconds: float) -> str:
         tokens = "" if self.prompt_tokens is None else (
             f" in={self.prompt_tokens} out={self.completion_tokens} cached={self.cached_tokens}")
         ttft = "" if self.ttft is None else f" ttft={self.ttft * 1e3:.1f}ms"
-        return f"{method} {path} {status}{tokens}{ttft} {seconds * 1e3:.1f}ms"
+        spec = f" drafts={self.accepted}/{self.drafted}" if self.drafted else ""
+        return f"{method} {path} {status}{tokens}{ttft}{spec} {seconds * 1e3:.1f}ms"
 
 
 current: ContextVar[Access | None] = ContextVar("zllm_access", default=None)

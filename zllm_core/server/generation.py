@@ -143,7 +143,7 @@ class Generation:
             yield ev
         reason = "tool_calls" if called and last.finish_reason == "stop" else last.finish_reason
         usage = Usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens)
-        clock.done(usage)
+        clock.done(usage, last.drafted, last.accepted)
         yield Finish(reason, usage, last.stop_string)
 
     def _logprobs(self, tokens: list[Any]) -> Logprobs:
@@ -168,11 +168,12 @@ class _Clock:
             self.metrics.itl.observe(now - self.last)
         self.last = now
 
-    def done(self, usage: Usage) -> None:
+    def done(self, usage: Usage, drafted: int = 0, accepted: int = 0) -> None:
         access = access_log.current.get()
         if access is not None:
             access.prompt_tokens, access.completion_tokens = usage.prompt_tokens, usage.completion_tokens
             access.cached_tokens, access.ttft = usage.cached_tokens, self.ttft
+            access.drafted, access.accepted = drafted, accepted
 
 
 async def collect(events: AsyncIterator[Union[OutputEvent, Finish]]
