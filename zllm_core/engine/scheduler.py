@@ -94,10 +94,13 @@ class Scheduler:
 
     def update(self, batch: Batch) -> None:
         """The step ran: its chunks' K/V are in place, and completed blocks join the cache."""
+        bs = self.kv.block_size
         for chunk in batch.chunks:
             seq = chunk.seq
             seq.num_computed += chunk.length
-            if seq.cache is not None:
+            # Only full blocks are committed, and every earlier chunk's were: a chunk that
+            # completes no block (15 decodes in 16) has nothing to commit.
+            if seq.cache is not None and seq.num_computed % bs < chunk.length:
                 self.kv.commit(seq.request_id, seq.token_ids, seq.block_table, seq.num_computed)
 
     def finish(self, seq: Sequence, reason: str) -> None:
