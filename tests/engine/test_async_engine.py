@@ -94,7 +94,7 @@ def test_an_explicit_abort_ends_the_stream_with_abort(async_engine):
 
 
 def test_a_thousand_random_streams_with_disconnects_aborts_stop_strings_and_preemptions_leave_the_pool_empty(demo_model):
-    """Up to 32 streams at once over a 12-block pool (preemption is forced), each one of: read
+    """Up to 32 streams at once over a 6-block pool (preemption is forced), each one of: read
     to the end, disconnect after a few events, aborted from outside, or ended by a stop
     string the output processor finds (the engine is then told to finish it)."""
     from zllm_core.cache.scope import Scope
@@ -104,7 +104,7 @@ def test_a_thousand_random_streams_with_disconnects_aborts_stop_strings_and_pree
 
     block_bytes = 16 * 2 * 2 * 64 * 4 * demo_model.config.num_layers
     engine = AsyncEngine(LLMEngine(demo_model, Tokenizer.from_pretrained(resolve_model("zllm-demo")),
-                                   EngineConfig(kv_cache_bytes=12 * block_bytes, max_num_seqs=16,
+                                   EngineConfig(kv_cache_bytes=6 * block_bytes, max_num_seqs=16,
                                                 max_num_batched_tokens=192), Scope("async-soak")))
     rng = random.Random(3)
     ends = Counter()

@@ -103,10 +103,14 @@ class Scheduler:
         blocks join the cache. A drafted chunk computed its last token and the draft; what
         the model accepted is now the sequence's tokens, and the slots of what it rejected
         are simply written again later."""
+        bs = self.kv.block_size
         for chunk in batch.chunks:
             seq = chunk.seq
-            seq.num_computed = seq.num_tokens - 1 if chunk.draft else seq.num_computed + chunk.length
-            if seq.cache is not None:
+            before = seq.num_computed
+            seq.num_computed = seq.num_tokens - 1 if chunk.draft else before + chunk.length
+            # Only full blocks are committed, and every earlier chunk's were: a chunk that
+            # completes no block (15 decodes in 16) has nothing to commit.
+            if seq.cache is not None and seq.num_computed // bs > before // bs:
                 self.kv.commit(seq.request_id, seq.token_ids, seq.block_table, seq.num_computed)
 
     def finish(self, seq: Sequence, reason: str) -> None:

@@ -33,7 +33,7 @@ class InputBuffers:
         self.block_size = block_size
         self.device = device
         self.tables = np.zeros((max_num_seqs, max_blocks_per_seq), dtype=np.int32)
-        self._synced = np.zeros(max_num_seqs, dtype=np.int64)  # entries of each row filled in
+        self._synced = [0] * max_num_seqs  # entries of each row filled in
         self._rows: dict[str, int] = {}
         self._free_rows = list(range(max_num_seqs - 1, -1, -1))
         self._ids = np.empty(max_num_tokens, dtype=np.int64)
@@ -44,58 +44,62 @@ class InputBuffers:
             row = self._rows.pop(request_id, None)
             if row is not None:
                 self._free_rows.append(row)
-        n = len(batch.chunks)
-        rows = np.empty(n, dtype=np.intp)
-        starts = np.empty(n, dtype=np.int64)
-        lengths = np.empty(n, dtype=np.int64)
-        logits = np.empty(n, dtype=np.int64)
-        at = 0
-        for i, c in enumerate(batch.chunks):
-            rows[i] = self._sync(c.seq.request_id, c.seq.block_table)
-            starts[i], lengths[i], logits[i] = c.start, c.length, c.num_logits
-            self._ids[at:at + c.length] = c.seq.ids(c.start, c.length)
-            at += c.length
+        chunks = batch.chunks
+        n = len(chunks)
+        # One Python pass over the chunks, into one array (a numpy store per field and chunk
+        # costs more than the whole conversion).
+        sync = self._sync
+        rows, starts, lengths, logits, firsts = np.array(
+            [(sync(c.seq.request_id, c.seq.block_table), c.start, c.length, c.num_logits, c.seq.token_ids[c.start])
+             for c in chunks], dtype=np.int64).T.copy()
         ends = np.cumsum(lengths)
+        at = int(ends[-1])
+        ids = self._ids
+        if at == n:  # one token a chunk (decodes): no per-token arrays to build
+            ids[:n] = firsts
+            positions = starts
+            chunk_of = rows
+        else:
+            for c, end, length in zip(chunks, ends.tolist(), lengths.tolist()):
+                ids[end - length:end] = c.seq.ids(c.start, length)  # a draft's tokens included
+            # Token t of chunk i sits at position starts[i] + (t - (ends[i] - lengths[i])).
+            positions = self._iota[:at] + np.repeat(starts + lengths - ends, lengths)
+            chunk_of = np.repeat(rows, lengths)
         qsl = np.zeros(n + 1, dtype=np.int32)
         qsl[1:] = ends
         seq_lens = (starts + lengths).astype(np.int32)
-        # Token t of chunk i sits at position starts[i] + (t - qsl[i]).
-        offset = np.repeat(starts - qsl[:-1], lengths)
-        positions = self._iota[:at] + offset
-        tables = self.tables[rows]
         bs = self.block_size
-        slots = tables[np.repeat(np.arange(n), lengths), positions // bs].astype(np.int64) * bs + positions % bs
+        slots = self.tables[chunk_of, positions // bs].astype(np.int64) * bs + positions % bs
         to = self._tensor
-        meta = self._meta(qsl, seq_lens, tables, to(slots), lengths)
+        meta = self._meta(qsl, seq_lens, rows, to(slots), lengths)
         split = None
         nd = batch.num_decodes
         if 0 < nd < n:
-            split = (self._meta(qsl[:nd + 1], seq_lens[:nd], tables[:nd], meta.slot_mapping[:nd], lengths[:nd]),
-                     self._meta(qsl[nd:] - qsl[nd], seq_lens[nd:], tables[nd:], meta.slot_mapping[qsl[nd]:],
+            split = (self._meta(qsl[:nd + 1], seq_lens[:nd], rows[:nd], meta.slot_mapping[:nd], lengths[:nd]),
+                     self._meta(qsl[nd:] - qsl[nd], seq_lens[nd:], rows[nd:], meta.slot_mapping[qsl[nd]:],
                                 lengths[nd:]))
-        # Each chunk's last `logits[i]` positions, in chunk order.
-        first = np.repeat(ends - logits - (np.cumsum(logits) - logits), logits)
-        sample_rows = first + self._iota[:len(first)]
-        return StepInputs(to(self._ids[:at]), to(positions), meta, split, to(sample_rows))
+        # Each chunk's last `logits[i]` positions (its last token's and its draft's), in chunk order.
+        sample_rows = np.repeat(ends - np.cumsum(logits), logits) + self._iota[:int(logits.sum())]
+        return StepInputs(to(ids[:at]), to(positions), meta, split, to(sample_rows))
 
     def _sync(self, request_id: str, table: list[int]) -> int:
         row = self._rows.get(request_id)
         if row is None:
             row = self._rows[request_id] = self._free_rows.pop()
             self._synced[row] = 0
-        done = int(self._synced[row])
+        done = self._synced[row]
         if len(table) > done:
             self.tables[row, done:len(table)] = table[done:]
             self._synced[row] = len(table)
         return row
 
-    def _meta(self, qsl: np.ndarray, seq_lens: np.ndarray, tables: np.ndarray, slots: torch.Tensor,
+    def _meta(self, qsl: np.ndarray, seq_lens: np.ndarray, rows: np.ndarray, slots: torch.Tensor,
               lengths: np.ndarray) -> AttentionMetadata:
         max_seq_len = int(seq_lens.max())
         width = -(-max_seq_len // self.block_size)
         to = self._tensor
         return AttentionMetadata(query_start_loc=to(qsl), seq_lens=to(seq_lens),
-                                 block_tables=to(np.ascontiguousarray(tables[:, :width])), slot_mapping=slots,
+                                 block_tables=to(self.tables[rows, :width]), slot_mapping=slots,
                                  max_query_len=int(lengths.max()), max_seq_len=max_seq_len)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
