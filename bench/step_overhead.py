@@ -21,6 +21,9 @@ block tables padded list -> array every step).  The old scheduler's decode round
 decoding sequences, grow each table, one chunk each) did the same work as the new one's, so
 schedule and update are the new code in both columns; the difference is the inputs.
 
+Two cache states, each a row per path: "warm", steps back to back; "cold", --flush-mb of
+memory written between steps (untimed), as a model forward evicts the caches.
+
 Context lengths are staggered (context - i for sequence i) so that block boundaries, where a
 table grows and a block is committed, fall on different steps, as under real load.
 """
