@@ -6,8 +6,9 @@
 Three workloads an agent produces, through the model's chat template, greedy; the two copy
 workloads continue an answer that has begun (its first lines), as an agent's turn does once
 it is writing the file back:
-* code edit: a source file of this repository, to be returned with one name changed;
-* tool output echo: a directory listing, to be repeated with one line added;
+* code edit: the first file an agent read in the agent trace (bench/trace_replay.py), to be
+  returned with one name changed;
+* tool output echo: the first directory listing in the trace, repeated with one line added;
 * free text: a short story (nothing to copy: speculation must cost little there).
 Decode tokens/s counts output tokens after the first over the time after the first token;
 tokens per step is output tokens over decode steps. Greedy output must be identical with and
@@ -16,8 +17,8 @@ without speculation (checked). The two alternate for --rounds rounds and each ke
 from __future__ import annotations
 
 import argparse
+import json
 import time
-from pathlib import Path
 
 import torch
 
@@ -29,22 +30,41 @@ from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.model.loader import load_model
 from zllm_core.model.model_names import resolve_model
 from zllm_core.tokenizer import Tokenizer
+from trace_replay import agent_trace  # bench/ is on sys.path when run as a script
 
-REPO = Path(__file__).resolve().parents[1]
+
+
+def trace_outputs() -> tuple[str, str]:
+    """From the agent trace: the first file an agent read (its code, line numbers dropped) and
+    the first directory listing a shell call printed."""
+    names, code, listing = {}, None, None
+    with agent_trace().open() as f:
+        for line in f:
+            for event in json.loads(line)["events"]:
+                for call in event.get("tool_calls") or []:
+                    names[call["id"]] = call["function"]["name"]
+                if event.get("role") != "tool":
+                    continue
+                text, tool = event["content"], names.get(event["tool_call_id"])
+                if code is None and tool == "read_file" and text.count("\n") >= 40:
+                    code = "\n".join(row.split("\t", 1)[-1] for row in text.splitlines()[:40])
+                if listing is None and tool == "shell" and text.startswith("total "):
+                    listing = "\n".join(text.splitlines()[:25])
+                if code and listing:
+                    return code, listing
+    raise RuntimeError("the trace holds no read_file and ls output")
 
 
 def workloads() -> dict[str, tuple[str, str]]:
     """name -> (the user's message, the start of the assistant's answer it continues)."""
-    code = "\n".join((REPO / "zllm_core/engine/sequence.py").read_text().splitlines()[20:60])
-    listing = "\n".join(f"-rw-r--r--  1 dev  staff  {len(p.read_bytes()):>7}  Dec  1 12:00  {p.name}"
-                        for p in sorted((REPO / "zllm_core/engine").glob("*.py")))
+    code, listing = trace_outputs()
     return {
         "code edit": (f"Here is a Python file:\n```python\n{code}\n```\nReturn the whole file with "
-                      "`num_computed` renamed to `computed`. Output only the code.",
+                      "its first function renamed. Output only the code.",
                       "```python\n" + "\n".join(code.splitlines()[:3]) + "\n"),
         "tool output echo": (f"The command `ls -l` printed:\n```\n{listing}\n```\nRepeat that output "
                              "exactly, then add a line for a new file `drafter.py`.",
-                             "```\n" + listing.splitlines()[0] + "\n"),
+                             "```\n" + "\n".join(listing.splitlines()[:2]) + "\n"),
         "free text": ("Write a short story about a lighthouse keeper who finds a message in a bottle.", ""),
     }
 
