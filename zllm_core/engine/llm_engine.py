@@ -249,7 +249,7 @@ class LLMEngine:
     def _extend(self, seq: Sequence, tokens: list[int], drafted: int) -> Optional[str]:
         """Append the step's tokens up to the first that ends the request; return why it ends.
         Cuts ``tokens`` to those appended."""
-        p, limit = seq.params, min(self.max_model_len, self.kv.capacity_tokens)
+        p = seq.params
         seq.num_drafted += drafted
         seq.num_accepted += len(tokens) - 1
         self.spec_stats.record(drafted, len(tokens) - 1)
@@ -259,21 +259,25 @@ class LLMEngine:
                 p.fence.advance(token)
             if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
                 reason = "stop_token"
-            elif seq.num_output >= p.max_tokens or seq.num_tokens >= limit:
-                reason = "length"  # its budget, its context, or the whole KV cache
+            elif self._room(seq) <= 0:
+                reason = "length"
             else:
                 continue
             del tokens[n:]
             return reason
         return None
 
+    def _room(self, seq: Sequence) -> int:
+        """Tokens the request may still append: within its budget, its context and the KV cache."""
+        return min(seq.params.max_tokens - seq.num_output,
+                   min(self.max_model_len, self.kv.capacity_tokens) - seq.num_tokens)
+
     def _finish(self, seq: Sequence, tokens: list[int], end: Optional[str],
                 logprob: Optional[TokenLogprob]) -> RequestOutput:
         if end is not None:
             self.scheduler.finish(seq, "stop" if end == "stop_token" else end)
-        elif seq.drafter is not None:
-            room = min(seq.params.max_tokens - seq.num_output, self.max_model_len - seq.num_tokens) - 1
-            seq.propose(seq.drafter.propose(seq.token_ids)[:max(room, 0)])
+        elif seq.drafter is not None:  # a draft leaves room for the token drawn after it
+            seq.propose(seq.drafter.propose(seq.token_ids)[:max(self._room(seq) - 1, 0)])
         return self._output(seq, tokens, logprobs=None if logprob is None else [logprob],
                             stop_token=end == "stop_token")
 

@@ -155,6 +155,18 @@ def sample(logits: torch.Tensor, seqs: list[Sequence], exclude: list[int] | None
     return out.tolist()
 
 
+def _accepts(x: torch.Tensor, seqs: list[Sequence], tokens: torch.Tensor) -> list[bool]:
+    """Whether each draft row accepts its token: greedy rows when it is the argmax, sampled rows
+    with probability p(token) under the target distribution after temperature and top-k/p."""
+    keep = x.argmax(dim=-1) == tokens
+    sampled = [i for i, s in enumerate(seqs) if not s.params.greedy]
+    if sampled:
+        sub = [seqs[i] for i in sampled]
+        p = _processed(x[sampled], sub).softmax(dim=-1).gather(1, tokens[sampled, None])[:, 0]
+        keep[sampled] = _uniforms(sub, x.device) < p.double()
+    return keep.tolist()
+
+
 def verify(logits: torch.Tensor, seqs: list[Sequence], drafts: list[np.ndarray]) -> list[list[int]]:
     """Each sequence's next tokens: the draft tokens the model accepts, then one drawn after them.
 
@@ -165,25 +177,14 @@ def verify(logits: torch.Tensor, seqs: list[Sequence], drafts: list[np.ndarray])
     without d, renormalised, so the output keeps the distribution of sampling one at a time."""
     if not any(len(d) for d in drafts):
         return [[t] for t in sample(logits, seqs)]
-    counts = [1 + len(d) for d in drafts]
-    starts = np.cumsum([0] + counts[:-1])
-    accepted = [0] * len(seqs)
-    greedy = logits.argmax(dim=-1).tolist() if any(s.params.greedy and len(d) for s, d in zip(seqs, drafts)) else []
-    probed = [i for i, (s, d) in enumerate(zip(seqs, drafts)) if len(d) and not s.params.greedy]
-    if probed:
-        rows = [int(starts[i]) + j for i in probed for j in range(len(drafts[i]))]
-        row_seqs = [seqs[i] for i in probed for _ in drafts[i]]
-        tokens = torch.from_numpy(np.concatenate([drafts[i] for i in probed]).astype(np.int64)).to(logits.device)
-        p = _processed(logits[rows], row_seqs).softmax(dim=-1).gather(1, tokens[:, None])[:, 0]
-        keep = (_uniforms(row_seqs, logits.device) < p.double()).tolist()
-        at = 0
-        for i in probed:
-            n = len(drafts[i])
-            accepted[i] = next((j for j in range(n) if not keep[at + j]), n)
-            at += n
-    for i, (s, d) in enumerate(zip(seqs, drafts)):
-        if len(d) and s.params.greedy:
-            accepted[i] = next((j for j in range(len(d)) if int(d[j]) != greedy[int(starts[i]) + j]), len(d))
+    starts = np.cumsum([0] + [1 + len(d) for d in drafts[:-1]])
+    rows = [int(starts[i]) + j for i, d in enumerate(drafts) for j in range(len(d))]
+    keep = _accepts(logits[rows], [s for s, d in zip(seqs, drafts) for _ in d],
+                    torch.from_numpy(np.concatenate(drafts).astype(np.int64)).to(logits.device))
+    accepted, at = [], 0
+    for d in drafts:
+        accepted.append(next((j for j in range(len(d)) if not keep[at + j]), len(d)))
+        at += len(d)
     final = [int(starts[i]) + accepted[i] for i in range(len(seqs))]
     exclude = [int(d[a]) if a < len(d) else -1 for d, a in zip(drafts, accepted)]
     last = sample(logits[final], seqs, exclude if any(e >= 0 for e in exclude) else None)
