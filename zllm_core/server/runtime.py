@@ -41,7 +41,6 @@ class Runtime:
                                f"'{self.config.model_name}'", param="model", status=404,
                                code="model_not_found")
 
-
     @classmethod
     def build(cls, config: ServerConfig, generate: Generate, end_ids: Callable[[], Sequence[int]],
               prompts: PromptBuilder, max_model_len: int, metrics: ServerMetrics) -> "Runtime":
