@@ -17,7 +17,8 @@ Protocols (OpenAI Chat Completions and Responses, Anthropic Messages <-> one can
     CanonicalRequest, ChatRequest, ResponsesRequest, MessagesRequest,
     from_openai_chat, from_responses, from_anthropic, ChatStream, ResponsesStream, MessagesStream
 Serving the protocols over your own generate
-    protocol_router (a FastAPI APIRouter), PromptBuilder, ServerConfig, GenerationEvent, SamplingParams
+    protocol_router (a FastAPI APIRouter), PromptBuilder, ServerConfig, TenantQuota, GenerationEvent,
+    SamplingParams
 
 The transformers adapter lives in its module, since transformers is not a dependency:
 `from zllm_core.adapters.transformers import FenceLogitsProcessor`. Every other module is
@@ -49,6 +50,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time each name is imported o
     from zllm_core.protocols.responses_stream import ResponsesStream
     from zllm_core.server.prompt import PromptBuilder
     from zllm_core.server.runtime import ServerConfig
+    from zllm_core.server.tenant_limits import TenantQuota
     from zllm_core.tokenizer import Tokenizer
 
 __version__ = "0.1.0"
@@ -77,6 +79,7 @@ _PUBLIC = {  # name -> (module, attribute): imported on first use
     "SamplingParams": ("zllm_core.engine.sampling_params", "SamplingParams"),
     "Scope": ("zllm_core.cache.scope", "Scope"),
     "ServerConfig": ("zllm_core.server.runtime", "ServerConfig"),
+    "TenantQuota": ("zllm_core.server.tenant_limits", "TenantQuota"),
     "StreamParser": ("zllm_core.dialects", "StreamParser"),
     "TokenFence": ("zllm_core.fence.token_fence", "TokenFence"),
     "Tokenizer": ("zllm_core.tokenizer", "Tokenizer"),

@@ -61,9 +61,10 @@ class RequestError(Exception):
     """A request the protocol rejects; the server renders it in that protocol's error shape."""
 
     def __init__(self, message: str, param: str | None = None, status: int = 400,
-                 code: str | None = None):
+                 code: str | None = None, retry_after: int | None = None):
         super().__init__(message)
         self.message, self.param, self.status, self.code = message, param, status, code
+        self.retry_after = retry_after  # seconds, for a refusal the client should retry (429)
 
 
 def sampling(aliases: dict[str, str] | None = None, **fields: Any) -> SamplingParams:

@@ -8,6 +8,8 @@ from fastapi import APIRouter, Request
 from zllm_core.protocols import openai_chat
 from zllm_core.protocols.canonical import new_id
 from zllm_core.server.body import FastBodyRoute
+from zllm_core.server.disconnect import for_client
+from zllm_core.server.disconnect import for_client
 from zllm_core.server.generation import collect, encoded
 from zllm_core.server.runtime import runtime
 from zllm_core.server.sse import data_frame, primed, sse_response
@@ -23,11 +25,11 @@ async def chat_completions(body: openai_chat.ChatRequest, request: Request) -> A
     id = new_id("chatcmpl-")
     events = rt.generation.stream(admitted, id)
     if not admitted.request.stream:
-        out, finish, logprobs = await collect(events)
+        out, finish, logprobs = await for_client(request, collect(events))
         return openai_chat.completion(id, body.model, out, finish, logprobs if body.logprobs else None)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     encoder = openai_chat.ChatStream(id, body.model, include_usage)
-    return sse_response(await primed(_frames(encoder, events)))
+    return sse_response(await for_client(request, primed(_frames(encoder, events))))
 
 
 async def _frames(encoder: openai_chat.ChatStream, events: AsyncIterator[Any]) -> AsyncIterator[str]:

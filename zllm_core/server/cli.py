@@ -61,6 +61,14 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--max-output-tokens", type=int, default=4096,
                    help="cap on any request's output tokens")
     p.add_argument("--max-body-bytes", type=int, default=64 << 20)
+    p.add_argument("--max-running-per-key", type=int, default=None, metavar="N",
+                   help="generations one API key (tenant) may run at once (default: no limit)")
+    p.add_argument("--max-queued-per-key", type=int, default=0, metavar="N",
+                   help="requests of one key that wait for a slot beyond that; past it a 429 "
+                        "with retry-after (default 0)")
+    p.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
+                   help="end requests still running this long after arrival: a 504, or the "
+                        "protocol's error event once streaming (default: none)")
     p.add_argument("--response-store", default=default_store_path(),
                    help="SQLite file for stored responses (previous_response_id)")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
@@ -116,8 +124,10 @@ def run_serve(args: argparse.Namespace) -> int:
     from zllm_core.server.gate import parse_api_keys
     from zllm_core.server.prompt import PromptBuilder
     from zllm_core.server.runtime import ServerConfig
+    from zllm_core.server.tenant_limits import TenantQuota
 
     device = resolve_device(args.device)
+    quota = TenantQuota(args.max_running_per_key, args.max_queued_per_key)  # refused before the load
     sock = bind(args.host, args.port)
     configure_logging(args.log_level)
     engine_config = {"device": device, "allow_long_context": args.allow_long_context}
@@ -134,7 +144,9 @@ def run_serve(args: argparse.Namespace) -> int:
         model_name=args.served_model_name or Path(str(args.model)).name,
         max_output_tokens=args.max_output_tokens, max_model_len=args.max_model_len,
         api_keys=parse_api_keys(args.api_key), max_body_bytes=args.max_body_bytes,
-        store_path=args.response_store, loop_guard=args.loop_guard)
+        store_path=args.response_store, loop_guard=args.loop_guard,
+        request_timeout=args.request_timeout,
+        tenant_quota=quota)
     prompts = PromptBuilder.from_model_dir(model_dir, engine.tokenizer, args.tool_dialect)
     app = create_app(engine, prompts, config)
     host, port = sock.getsockname()[:2]

@@ -19,10 +19,12 @@ log = logging.getLogger("zllm.server")
 
 OPENAI_TYPES = {400: "invalid_request_error", 401: "invalid_request_error",
                 404: "invalid_request_error", 413: "invalid_request_error",
-                422: "invalid_request_error", 429: "rate_limit_error", 500: "server_error"}
+                422: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
+                504: "timeout_error"}
 ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                    404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
-                   422: "invalid_request_error", 429: "rate_limit_error", 500: "api_error"}
+                   422: "invalid_request_error", 429: "rate_limit_error", 500: "api_error",
+                   504: "timeout_error"}
 
 
 def is_anthropic(path: str) -> bool:
@@ -40,8 +42,10 @@ def error_body(path: str, status: int, message: str, param: str | None = None,
 
 
 def error_response(path: str, err: RequestError) -> JSONResponse:
+    # Both SDKs' retry loops wait the `retry-after` seconds a 429 names.
+    headers = {"retry-after": str(err.retry_after)} if err.retry_after is not None else None
     return JSONResponse(error_body(path, err.status, err.message, err.param, err.code),
-                        status_code=err.status)
+                        status_code=err.status, headers=headers)
 
 
 def field_path(loc: tuple[Any, ...]) -> str:

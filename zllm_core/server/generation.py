@@ -12,7 +12,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator, Callable, Sequence, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence, TypeVar, Union
 
 import numpy as np
 
@@ -30,12 +30,14 @@ from zllm_core.protocols.canonical import (
 from zllm_core.server import access_log
 from zllm_core.server.metrics import ServerMetrics
 from zllm_core.server.prompt import Prompt, PromptBuilder
+from zllm_core.server.tenant_limits import TenantLimiter, TenantQuota, Ticket
 from zllm_core.server.tool_call_memory import ToolCallMemory
 
 log = logging.getLogger("zllm.server")
 # AsyncEngine.generate's shape: (prompt ids, SamplingParams, request_id=, cache=CacheHint) streaming
 # GenerationEvents; the request's fence, if any, rides in the params for the generator to apply.
 Generate = Callable[..., AsyncIterator[Any]]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class Limits:
     max_model_len: int
     max_output_tokens: int
     loop_guard: GuardConfig | None = None  # None: generations may repeat themselves
+    request_timeout: float | None = None  # seconds from arrival to the last token; None: none
+    quota: TenantQuota = TenantQuota()
 
 
 @dataclass
@@ -52,6 +56,7 @@ class Admitted:
     request: CanonicalRequest
     prompt: Prompt
     tenant: str  # scopes the tokenizer session and the prefix cache to the caller's API key
+    ticket: Ticket  # the tenant's slot it runs in, or waits for
     arrived: float = field(default_factory=time.perf_counter)  # before the prompt was built
 
 
@@ -62,6 +67,7 @@ class Generation:
         self.generate, self.prompts, self.limits, self.metrics = generate, prompts, limits, metrics
         self.running = 0  # engine streams open now (/health reports it)
         self.calls = ToolCallMemory()
+        self.tenants = TenantLimiter(limits.quota)
         self.fences = FenceFactory(prompts.dialect, lambda tags: prompts.fence_vocab(end_ids(), tags))
         self._compiles = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zllm-fence")
 
@@ -71,7 +77,17 @@ class Generation:
         return await asyncio.to_thread(self.prompts.build, req, tenant)
 
     async def admit(self, req: CanonicalRequest, tenant: str = "") -> Admitted:
+        """The tenant's queue is checked first, so a refused request costs no prompt build;
+        a queued one builds its prompt while it waits. The ticket is released by `stream`."""
         arrived = time.perf_counter()
+        ticket = self.tenants.enter(tenant)
+        try:
+            return await self._admit(req, tenant, ticket, arrived)
+        except BaseException:
+            ticket.release()
+            raise
+
+    async def _admit(self, req: CanonicalRequest, tenant: str, ticket: Ticket, arrived: float) -> Admitted:
         prompt = await self.prompt(req, tenant)
         ids = prompt.token_ids
         room = self.limits.max_model_len - len(ids)
@@ -85,7 +101,7 @@ class Generation:
         # Its own threads: a slow schema must not hold up the prompt builds of other requests.
         fence = await asyncio.get_running_loop().run_in_executor(self._compiles, self._fence, req, prompt, max_tokens)
         return Admitted(replace(req, sampling=replace(req.sampling, max_tokens=max_tokens, fence=fence)),
-                        prompt, tenant, arrived)
+                        prompt, tenant, ticket, arrived)
 
     def _fence(self, req: CanonicalRequest, prompt: Prompt, max_tokens: int) -> TokenFence | None:
         """The request's token fence (tool calls, JSON output), compiled before anything reaches
@@ -113,13 +129,14 @@ class Generation:
         # The conversation's one identity (the request's key, else its tokenizer session's):
         # a hint the cache verifies token by token.
         hint = CacheHint(tenant=admitted.tenant, cache_id=admitted.prompt.conversation)
-        engine_stream = self.generate(admitted.prompt.token_ids, admitted.request.sampling,
-                                             request_id=request_id, cache=hint)
-        self.running += 1
         clock = _Clock(admitted.arrived, self.metrics)
+        deadline = _Deadline(admitted.arrived, self.limits.request_timeout)
         try:
-            async with contextlib.aclosing(engine_stream):
-                async for last in engine_stream:
+            await deadline.bound(admitted.ticket.wait())
+            engine_stream = self.generate(admitted.prompt.token_ids, admitted.request.sampling,
+                                          request_id=request_id, cache=hint)
+            async with self._running(engine_stream):
+                async for last in deadline.events(engine_stream):
                     clock.tick()
                     generated += last.token_ids
                     if last.logprobs:
@@ -133,7 +150,7 @@ class Generation:
             raise RequestError(str(exc), status=400 if exc.refused else 500,
                                code=None if exc.refused else "engine_error") from None
         finally:
-            self.running -= 1
+            admitted.ticket.release()
         if last.finish_reason in ("stop", "length"):  # not an abort: the client has no answer to resend
             # Off the loop: it copies the prompt's ids and may wait for another prompt's build.
             await asyncio.to_thread(self.prompts.record, admitted.prompt, np.asarray(generated, np.uint32))
@@ -146,11 +163,52 @@ class Generation:
         clock.done(usage, last.drafted, last.accepted)
         yield Finish(reason, usage, last.stop_string)
 
+    @contextlib.asynccontextmanager
+    async def _running(self, engine_stream: AsyncIterator[Any]) -> AsyncIterator[None]:
+        """Counts the open engine stream, and closes it (aborting the request) however it ends."""
+        self.running += 1
+        try:
+            async with contextlib.aclosing(engine_stream):
+                yield
+        finally:
+            self.running -= 1
+
     def _logprobs(self, tokens: list[Any]) -> Logprobs:
         """Engine logprobs (token ids) as the protocols report them (token bytes)."""
         text = self.prompts.token_bytes
         return Logprobs(tuple(LogprobEntry(text(t.token_id), t.logprob,
                                            tuple((text(i), lp) for i, lp in t.top)) for t in tokens))
+
+
+class _Deadline:
+    """A request's time limit, counted from its arrival: waiting for its tenant's slot counts."""
+
+    def __init__(self, arrived: float, timeout: float | None):
+        self.timeout = timeout
+        self.at = None if timeout is None else arrived + timeout
+
+    async def bound(self, step: Awaitable[T]) -> T:
+        if self.at is None:
+            return await step
+        try:
+            return await asyncio.wait_for(step, self.at - time.perf_counter())
+        except TimeoutError:
+            raise RequestError(f"the request did not finish within the server's time limit of "
+                               f"{self.timeout:g} seconds", status=504, code="timeout") from None
+
+    async def events(self, stream: AsyncIterator[T]) -> AsyncIterator[T]:
+        """`stream`'s items, each awaited within the limit; a timeout cancels the pending
+        read, which aborts the engine request."""
+        if self.at is None:
+            async for item in stream:
+                yield item
+            return
+        while True:
+            try:
+                item = await self.bound(anext(stream))
+            except StopAsyncIteration:
+                return
+            yield item
 
 
 class _Clock:

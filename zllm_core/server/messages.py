@@ -8,6 +8,8 @@ from fastapi import APIRouter, Request
 from zllm_core.protocols import anthropic_messages as am
 from zllm_core.protocols.canonical import new_id
 from zllm_core.server.body import FastBodyRoute
+from zllm_core.server.disconnect import for_client
+from zllm_core.server.disconnect import for_client
 from zllm_core.server.generation import collect, encoded
 from zllm_core.server.runtime import runtime
 from zllm_core.server.sse import event_frame, primed, sse_response
@@ -23,10 +25,10 @@ async def create_message(body: am.MessagesRequest, request: Request) -> Any:
     id = new_id("msg_")
     events = rt.generation.stream(admitted, id)
     if not admitted.request.stream:
-        out, finish, _ = await collect(events)  # Messages has no logprobs
+        out, finish, _ = await for_client(request, collect(events))  # Messages has no logprobs
         return am.message(id, body.model, out, finish)
     encoder = am.MessagesStream(id, body.model, len(admitted.prompt.token_ids))
-    return sse_response(await primed(_frames(encoder, events)))
+    return sse_response(await for_client(request, primed(_frames(encoder, events))))
 
 
 @router.post("/v1/messages/count_tokens")

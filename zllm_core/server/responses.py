@@ -14,6 +14,7 @@ from zllm_core.protocols import openai_responses as orr
 from zllm_core.protocols.responses_stream import ResponsesStream
 from zllm_core.protocols.canonical import Finish, ParsedOutput, RequestError, new_id
 from zllm_core.server.body import FastBodyRoute
+from zllm_core.server.disconnect import for_client
 from zllm_core.server.generation import encoded
 from zllm_core.server.response_store import StoredResponse
 from zllm_core.server.runtime import Runtime, runtime
@@ -82,11 +83,15 @@ async def _gathered(events: AsyncIterator[Any], seen: list[Any]) -> AsyncIterato
 async def create_response(body: orr.ResponsesRequest, request: Request) -> Any:
     turn = ResponseTurn(runtime(request), body, request.state.tenant)
     if not body.stream:
-        async for payload in turn.events():
-            if payload["type"] == "error":
-                raise RequestError(payload["message"], status=500, code=payload["code"])
-        return turn.encoder.response()
-    return sse_response(await primed(_frames(turn)))
+        return await for_client(request, _whole(turn))
+    return sse_response(await for_client(request, primed(_frames(turn))))
+
+
+async def _whole(turn: ResponseTurn) -> dict[str, Any]:
+    async for payload in turn.events():
+        if payload["type"] == "error":
+            raise RequestError(payload["message"], status=500, code=payload["code"])
+    return turn.encoder.response()
 
 
 async def _frames(turn: ResponseTurn) -> AsyncIterator[str]:

@@ -13,6 +13,7 @@ from zllm_core.server.generation import Generate, Generation, Limits
 from zllm_core.server.metrics import ServerMetrics
 from zllm_core.server.prompt import PromptBuilder
 from zllm_core.server.response_store import ResponseStore
+from zllm_core.server.tenant_limits import TenantQuota
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class ServerConfig:
     max_body_bytes: int = 64 << 20
     store_path: str = ":memory:"
     loop_guard: bool = False  # break repetition loops (fence/guard.py), ending turns that keep looping
+    request_timeout: float | None = None  # seconds from arrival to the last token
+    tenant_quota: TenantQuota = TenantQuota()  # generations per API key at once, and waiting
 
 
 @dataclass
@@ -48,7 +51,8 @@ class Runtime:
         the ids that end a turn (the model's EOS ids, what fences allow once a structure is
         complete), asked on the first fenced request."""
         guard = GuardConfig() if config.loop_guard else None
-        limits = Limits(max_model_len, config.max_output_tokens, guard)
+        limits = Limits(max_model_len, config.max_output_tokens, guard, config.request_timeout,
+                        config.tenant_quota)
         return cls(config, Generation(generate, end_ids, prompts, limits, metrics), ResponseStore(config.store_path))
 
     def bind(self, conn: HTTPConnection) -> None:
