@@ -11,7 +11,7 @@ import itertools
 import logging
 import queue
 import threading
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 import numpy as np
 
@@ -31,6 +31,13 @@ class EngineError(RuntimeError):
     def __init__(self, message: str, refused: bool):
         super().__init__(message)
         self.refused = refused
+
+
+class EngineShutdown(EngineError):
+    """The engine stopped (the server is shutting down); the request may be retried elsewhere."""
+
+    def __init__(self) -> None:
+        super().__init__("the server is shutting down", refused=False)
 
 
 class AsyncEngine:
@@ -70,7 +77,7 @@ class AsyncEngine:
         """Stream a request's events; ``prompt_ids`` is an integer array (or a list)."""
         rid = request_id or f"req-{next(self._ids)}"
         if self._closed:
-            raise EngineError("the engine is shut down", refused=False)
+            raise EngineShutdown()
         if rid in self._sinks:
             raise EngineError(f"request id {rid!r} is already running", refused=True)
         try:
@@ -105,9 +112,14 @@ class AsyncEngine:
         """End a request; its stream receives a final ``abort`` event."""
         self._submit(("abort", request_id, "abort", True))
 
-    def shutdown(self) -> None:
+    def stop(self) -> None:
+        """Take no more requests and end every running one with EngineShutdown, without
+        waiting (safe in a signal handler: it only sets flags)."""
         self._closed = True
         self._wake.set()
+
+    def shutdown(self) -> None:
+        self.stop()
         self._thread.join(timeout=10)
         if not self._thread.is_alive():  # the engine is ours alone again
             self.engine.close()
@@ -124,8 +136,8 @@ class AsyncEngine:
                 self._turn()
             except Exception as exc:  # noqa: BLE001 - the thread must outlive any one failure
                 log.exception("engine step failed")
-                self._fail_all(f"engine step failed: {exc}")
-        self._fail_all("the engine is shutting down")
+                self._fail_all(lambda: EngineError(f"engine step failed: {exc}", refused=False))
+        self._fail_all(EngineShutdown)
 
     def _turn(self) -> None:
         self._drain_commands()
@@ -156,10 +168,10 @@ class AsyncEngine:
                 if out is not None and notify:
                     self._deliver(rid, out)
 
-    def _fail_all(self, message: str) -> None:
+    def _fail_all(self, error: Callable[[], EngineError]) -> None:
         self.engine.abort_all()
         for rid in list(self._sinks):
-            self._deliver(rid, EngineError(message, refused=False))
+            self._deliver(rid, error())
 
     def _deliver(self, rid: str, item) -> None:
         target = self._sinks.get(rid)

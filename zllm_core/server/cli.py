@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 from zllm_core.model.model_names import DEFAULT_MODEL
 
@@ -117,6 +118,20 @@ def configure_logging(level: str) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    class _Server(uvicorn.Server):
+        """On SIGTERM (or Ctrl-C) uvicorn stops listening, then waits for open responses to
+        end; stopping the engine first ends every in-flight generation now, each stream with
+        its protocol's error event (503 `shutting_down`), and the engine's close then backs
+        its prefix state up to the SSD tier."""
+
+        def __init__(self, config: uvicorn.Config, engine: Any):
+            super().__init__(config)
+            self.engine = engine
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self.engine.stop()
+            super().handle_exit(sig, frame)
+
     from zllm_core.engine.async_engine import AsyncEngine
     from zllm_core.engine.device import describe_device, resolve_device
     from zllm_core.model.model_names import resolve_model
@@ -154,8 +169,8 @@ def run_serve(args: argparse.Namespace) -> int:
     print(f"zllm serving '{config.model_name}' on http://{host}:{port} "
           f"(device {describe_device(device)})", file=sys.stderr, flush=True)
     # log_config=None: uvicorn logs through the handler configured above; access lines are ours.
-    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, log_config=None,
-                                           access_log=False, ws="websockets-sansio"))
+    server = _Server(uvicorn.Config(app, log_level=args.log_level, log_config=None,
+                                    access_log=False, ws="websockets-sansio"), engine)
     try:
         server.run(sockets=[sock])
     finally:

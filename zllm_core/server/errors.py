@@ -20,11 +20,11 @@ log = logging.getLogger("zllm.server")
 OPENAI_TYPES = {400: "invalid_request_error", 401: "invalid_request_error",
                 404: "invalid_request_error", 413: "invalid_request_error",
                 422: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
-                504: "timeout_error"}
+                503: "server_error", 504: "timeout_error"}
 ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                    404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
                    422: "invalid_request_error", 429: "rate_limit_error", 500: "api_error",
-                   504: "timeout_error"}
+                   503: "api_error", 504: "timeout_error"}
 
 
 def is_anthropic(path: str) -> bool:

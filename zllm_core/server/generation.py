@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Sequence, TypeVar, U
 import numpy as np
 
 from zllm_core.cache.scope import CacheHint
-from zllm_core.engine.async_engine import EngineError
+from zllm_core.engine.async_engine import EngineError, EngineShutdown
 from zllm_core.fence.factory import FenceFactory
 from zllm_core.fence.grammar import FenceError
 from zllm_core.fence.guard import GuardConfig
@@ -145,6 +145,8 @@ class Generation:
                         called |= isinstance(ev, ToolCallStart)
                         recorder.see(ev)
                         yield ev
+        except EngineShutdown as exc:
+            raise RequestError(str(exc), status=503, code="shutting_down") from None
         except EngineError as exc:
             # A refusal is the client's request (400); a failure while running is ours (500).
             raise RequestError(str(exc), status=400 if exc.refused else 500,
