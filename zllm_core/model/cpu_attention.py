@@ -1,6 +1,10 @@
-"""Paged decode through the native CPU kernel (csrc/paged_decode_cpu.cpp), which reads each
-sequence's blocks in place instead of gathering them; prefill, and caches the kernel does
-not take, stay on the torch reference."""
+"""Paged attention through the native CPU kernels (csrc/paged_decode_cpu.cpp,
+csrc/paged_prefill_cpu.cpp), which read each sequence's blocks in place instead of
+gathering them; caches the kernels do not take stay on the torch reference.
+
+The prefill kernel computes each query row with the decode kernel's arithmetic, so a mixed
+step (decodes and prefill chunks) runs as one prefill call and every decode in it gets the
+bits it would get alone."""
 from __future__ import annotations
 
 import math
@@ -11,11 +15,11 @@ from zllm_core.model.attention_backend import AttentionMetadata
 from zllm_core.model.native_decode import native_entry, pack_operands
 from zllm_core.model.torch_attention import TorchAttention
 
-HEAD_DIMS, MAX_GROUP, MAX_PAGE = (64, 128), 16, 256  # what the kernel takes
+HEAD_DIMS, MAX_GROUP, MAX_PAGE = (64, 128), 16, 256  # what the kernels take
 
 
 def fits_kernel(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
-    """float32 CPU operands with unit-stride rows, in the kernel's limits."""
+    """float32 CPU operands with unit-stride rows, in the kernels' limits."""
     if not all(t.device.type == "cpu" and t.dtype == torch.float32 and t.stride(-1) == 1
                for t in (q, k_cache, v_cache)):
         return False
@@ -35,14 +39,38 @@ def cpu_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     return out
 
 
+def cpu_paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      block_tables: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
+                      scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of the chunks ``q [num_tokens, heads, dim]`` (sequence ``i`` owns rows
+    ``query_start_loc[i]:query_start_loc[i + 1]``, its last positions) over their cached
+    context and causally over themselves; the caller checks ``fits_kernel`` first."""
+    out = torch.empty_like(q) if out is None else out
+    assert query_start_loc.dtype == torch.int32 and query_start_loc.is_contiguous()
+    pointers, sizes, strides = pack_operands(q, k_cache, v_cache, block_tables, seq_lens, out)
+    native_entry("paged_prefill_cpu")(pointers, sizes, strides, query_start_loc.data_ptr(), q.shape[0],
+                                      scale * math.log2(math.e), torch.get_num_threads())
+    return out
+
+
 class CpuAttention(TorchAttention):
     name = "cpu"
 
     def __init__(self):
-        if native_entry("paged_decode_cpu") is None:
-            raise RuntimeError("zllm_core._native lacks paged_decode_cpu (rebuild it: make setup)")
+        if native_entry("paged_prefill_cpu") is None:
+            raise RuntimeError("zllm_core._native lacks the CPU attention kernels (rebuild it: make setup)")
+
+    def prefill(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        if not fits_kernel(q, k_cache, v_cache):
+            return super().prefill(q, k_cache, v_cache, meta, scale)
+        return cpu_paged_prefill(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale)
 
     def decode(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         if not fits_kernel(q, k_cache, v_cache):
             return super().decode(q, k_cache, v_cache, meta, scale)
         return cpu_paged_decode(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale)
+
+    def mixed(self, q, k_cache, v_cache, meta: AttentionMetadata, split, scale: float) -> torch.Tensor:
+        if not fits_kernel(q, k_cache, v_cache):
+            return super().mixed(q, k_cache, v_cache, meta, split, scale)
+        return self.prefill(q, k_cache, v_cache, meta, scale)
