@@ -60,6 +60,10 @@ class Sequence:
     def draft(self) -> np.ndarray:
         return self._buffer[self.num_tokens:self.num_tokens + self.num_draft]
 
+    def token_at(self, i: int) -> int:
+        """Token ``i`` (a draft's included), without building a view of them all."""
+        return self._buffer[i]
+
     def ids(self, start: int, length: int) -> np.ndarray:
         """Tokens ``start:start + length`` to run, the draft's included."""
         return self._buffer[start:start + length]
