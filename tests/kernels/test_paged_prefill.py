@@ -100,3 +100,21 @@ def test_cpu_prefill_refuses_inconsistent_chunks():
     with pytest.raises(ValueError, match="float32"):
         cpu_attention.cpu_paged_prefill(case.q.half(), case.k_cache.half(), case.v_cache.half(), m.block_tables,
                                         m.seq_lens, m.query_start_loc, case.scale)
+
+
+def test_cpu_backend_sends_long_chunks_over_long_contexts_to_sdpa_and_the_rest_to_the_kernel():
+    """A long chunk over a long context gets the torch reference's bits, every other chunk and
+    decode the kernel's, each as it would alone: a chunk's path depends on its own shape."""
+    from zllm_core.model.backends import select_backend
+    from zllm_core.model.torch_attention import TorchAttention
+
+    long_q, long_keys = cpu_attention.SDPA_MIN_QUERY, cpu_attention.SDPA_MIN_KEYS
+    case = make_case([40, long_keys + 5, 300, long_keys, 7], [1, long_q, 20, long_q - 1, 7], num_heads=4,
+                     num_kv_heads=2, head_dim=64, block_size=16, dtype=torch.float32, seed=4, device="cpu")
+    m = case.meta
+    out = select_backend(torch.device("cpu"), "cpu").prefill(case.q, case.k_cache, case.v_cache, m, case.scale)
+    assert relative_error(out, case.exact(decode=False)) < TOLERANCE[torch.float32]
+    is_long = torch.tensor([False, True, False, False, False])
+    for chunks, alone in ((is_long, TorchAttention().prefill), (~is_long, cpu_attention.CpuAttention._kernel_prefill)):
+        rows, part = cpu_attention.subset(m, chunks)
+        assert torch.equal(out[rows], alone(case.q[rows], case.k_cache, case.v_cache, part, case.scale))
