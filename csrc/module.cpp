@@ -9,6 +9,7 @@ void register_session_text(pybind11::module_& m);
 void register_paged_decode(pybind11::module_& m);
 void register_token_bitmask(pybind11::module_& m);
 void register_fence_walk(pybind11::module_& m);
+void register_json_equal(pybind11::module_& m);
 }  // namespace zllm
 
 PYBIND11_MODULE(_native, m) {
@@ -20,6 +21,7 @@ PYBIND11_MODULE(_native, m) {
   zllm::register_paged_decode(m);
   zllm::register_token_bitmask(m);
   zllm::register_fence_walk(m);
+  zllm::register_json_equal(m);
 #ifdef ZLLM_WITH_CUDA
   m.attr("with_cuda") = true;
 #else
