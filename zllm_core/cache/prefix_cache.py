@@ -274,6 +274,8 @@ class PrefixCache:
         if live is not None and tokens is not None:
             session = self.sessions.record(live.request.cache_id, live.request.scope, tokens,
                                            live.keys[:live.registered], live.parent)
+            if self.ssd is not None and self.ssd.config.write_through:  # before the record naming them
+                self.ssd.write_through(live.request.scope, live.keys[:live.registered], blocks[:live.registered])
             if self.ssd is not None and session.cache_id is not None:
                 self.ssd.record_session(SessionRecord(session.scope, session.cache_id, session.tokens,
                                                       session.keys, session.parent, session.round))
