@@ -20,7 +20,6 @@ from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 
 from zllm_core.cache.scope import CacheHint
 from zllm_core.cluster.fence_wire import FenceWire
-from zllm_core.cluster.policy import RouteKeys
 from zllm_core.cluster.replica import EngineCall, RemoteEngineError, ReplicaInfo
 from zllm_core.cluster.routers import router_for
 from zllm_core.engine.async_engine import EngineError, EngineShutdown
@@ -45,7 +44,7 @@ class ClusterEngine:
 
     def __init__(self, handle: Any, info: ReplicaInfo, tags: Sequence[str]):
         self.handle = handle.options(stream=True)
-        self.keys: RouteKeys = info.keys
+        self.keys = info.keys
         self.max_model_len = info.max_model_len
         self.model_config = info.model_config
         self.tags = tuple(tags)
@@ -134,8 +133,7 @@ class Ingress:
 
         info: ReplicaInfo = await engines.describe.remote()
         window = max(1, args.route_window_tokens // info.keys.block_size)
-        info = ReplicaInfo(RouteKeys(info.keys.scope, info.keys.block_size, info.keys.hash_algo, window),
-                           info.max_model_len, info.model_config, info.metrics)
+        info = dataclasses.replace(info, keys=dataclasses.replace(info.keys, window_blocks=window))
         model_dir = resolve_model(args.model)
         self.prompts = PromptBuilder.from_model_dir(model_dir, Tokenizer.from_pretrained(model_dir), args.tool_dialect)
         self.engine = ClusterEngine(engines, info, tags_for(self.prompts.dialect))

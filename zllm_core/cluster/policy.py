@@ -97,11 +97,16 @@ class AffinityPolicy:
                     v.summary.blocks if v.summary else 0, (i - turn) % len(ids))
 
         order = [r for _, r in sorted(enumerate(ids), key=preference)]
-        first = order[0]
-        kind = ("pinned" if first == pinned else "balanced" if len(fits) < len(ids) and depth[first] < max(depth.values())
-                else "prefix" if depth[first] else "cold")
-        self.decisions[kind] += 1
+        self.decisions[self._kind(order[0], pinned, depth)] += 1
         return order
+
+    @staticmethod
+    def _kind(first: Hashable, pinned: Optional[Hashable], depth: dict[Hashable, int]) -> str:
+        if first == pinned:
+            return "pinned"
+        if depth[first] < max(depth.values()):
+            return "balanced"  # a replica holding more was passed over for its load
+        return "prefix" if depth[first] else "cold"
 
     def routed(self, route: Route, replica: Hashable) -> None:
         """The request went to `replica`: its conversation's next turn follows it there."""
