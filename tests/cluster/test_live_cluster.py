@@ -65,6 +65,11 @@ def test_a_responses_chain_and_a_claude_code_session_stay_on_their_replicas(clus
     cluster.served_by(before, 4)
     count = claude.messages.count_tokens(model=MODEL, system=SYSTEM, messages=messages)
     assert count.input_tokens > 300
+    try:  # each protocol keeps its error shape through the ingress
+        claude.messages.create(model="no-such-model", max_tokens=4, messages=messages)
+        raise AssertionError("an unknown model was served")
+    except anthropic.NotFoundError as exc:
+        assert exc.body["type"] == "error" and exc.body["error"]["type"] == "not_found_error", exc.body
 
 
 def test_keyless_conversations_spread_across_replicas_yet_hit(cluster):

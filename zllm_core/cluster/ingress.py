@@ -11,6 +11,7 @@ on a shared path) but each keeps its own tokenizer sessions.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 from typing import Any, AsyncIterator, Optional, Sequence
 
@@ -53,8 +54,9 @@ class ClusterEngine:
     async def generate(self, prompt_ids: np.ndarray, params: SamplingParams, request_id: Optional[str] = None,
                        cache: CacheHint = CacheHint()) -> AsyncIterator[GenerationEvent]:
         fence = FenceWire.of(params.fence, self.tags) if params.fence is not None else None
-        call = EngineCall(np.asarray(prompt_ids), dataclasses.replace(params, fence=None),
-                          request_id, cache, self.keys.route(prompt_ids, cache), fence)
+        route = await asyncio.to_thread(self.keys.route, prompt_ids, cache)  # milliseconds of hashing
+        call = EngineCall(np.asarray(prompt_ids), dataclasses.replace(params, fence=None), request_id, cache,
+                          route, fence)
         started = False
         for attempt in (0, 1):  # a replica found dead before anything was sent: once more elsewhere
             try:
