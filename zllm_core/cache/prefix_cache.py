@@ -285,10 +285,14 @@ class PrefixCache:
         finished successfully and its terminal state stays resident for the next turn."""
         live = self._live.pop(request_id, None)
         if live is not None and tokens is not None:
-            blocks = live.blocks[:live.registered]
-            session = self.sessions.record(live.request.cache_id, live.request.scope, tokens,
-                                           live.keys[:live.registered], blocks, self.index.epochs(blocks),
-                                           live.parent)
+            indexed = live.blocks[:live.registered]
+            keys = live.keys[:live.registered]
+            session = self.sessions.record(live.request.cache_id, live.request.scope, tokens, keys,
+                                           indexed, self.index.epochs(indexed), live.parent)
+            if self.ssd is not None and self.ssd.config.write_through:  # before the record naming them
+                held = indexed >= 0
+                self.ssd.write_through(live.request.scope, [k for k, h in zip(keys, held) if h],
+                                       indexed[held].tolist())
             if self.ssd is not None and session.cache_id is not None:
                 self.ssd.record_session(SessionRecord(session.scope, session.cache_id, session.tokens,
                                                       session.keys, session.parent, session.round))

@@ -43,6 +43,11 @@ class PrefixIndex:
     def __len__(self) -> int:
         return len(self._block_of)
 
+    def keys(self) -> list[bytes]:
+        """Every indexed key; one C-level copy, so another thread may take it while the engine
+        thread registers and evicts (a cluster replica's routing summary)."""
+        return list(self._block_of)
+
     def lookup(self, keys: Sequence[bytes]) -> list[int]:
         """Blocks of the longest run of leading keys present in the index."""
         # All keys at C speed, then cut at the first miss: callers pass keys that are mostly hits.

@@ -64,6 +64,10 @@ class SnapshotWriter:
                 self.pending_keys.update(item.keys)
             self._cond.notify_all()
 
+    def has_room(self, nbytes: int) -> bool:
+        """Whether a put of ``nbytes`` would be queued now, without waiting (advisory)."""
+        return not self._pending_bytes or self._pending_bytes + nbytes <= self.max_pending_bytes
+
     def flush(self) -> None:
         """Wait until everything queued so far is on disk and indexed."""
         with self._cond:

@@ -92,6 +92,8 @@ def add_serve_parser(sub) -> None:
                    help="SSD tier budget, least recently used snapshots evicted past it (default 64G)")
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS,
                    help="info logs one access line per request")
+    from zllm_core.cluster.cli import add_cluster_arguments
+    add_cluster_arguments(p)  # --replicas N: engines on Ray Serve (zllm_core/cluster)
     p.set_defaults(func=run_serve)
 
 
@@ -115,7 +117,37 @@ def configure_logging(level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The EngineConfig fields the flags set (the device aside)."""
+    options: dict[str, Any] = {"allow_long_context": args.allow_long_context}
+    if args.max_model_len:
+        options["max_model_len"] = args.max_model_len
+    for name in ("kv_cache_bytes", "max_num_seqs", "max_num_batched_tokens", "speculative_tokens"):
+        if getattr(args, name):
+            options[name] = getattr(args, name)
+    if args.ssd_cache_dir:
+        options.update(ssd_cache_dir=args.ssd_cache_dir, ssd_cache_bytes=args.ssd_cache_bytes)
+    return options
+
+
+def server_config(args: argparse.Namespace):
+    from zllm_core.server.gate import parse_api_keys
+    from zllm_core.server.runtime import ServerConfig
+    from zllm_core.server.tenant_limits import TenantQuota
+
+    return ServerConfig(
+        model_name=args.served_model_name or Path(str(args.model)).name,
+        max_output_tokens=args.max_output_tokens, max_model_len=args.max_model_len,
+        api_keys=parse_api_keys(args.api_key), max_body_bytes=args.max_body_bytes,
+        store_path=args.response_store, loop_guard=args.loop_guard,
+        request_timeout=args.request_timeout,
+        tenant_quota=TenantQuota(args.max_running_per_key, args.max_queued_per_key))
+
+
 def run_serve(args: argparse.Namespace) -> int:
+    if args.replicas:
+        from zllm_core.cluster.deploy import run_cluster
+        return run_cluster(args)
     import uvicorn
 
     class _Server(uvicorn.Server):
@@ -136,32 +168,14 @@ def run_serve(args: argparse.Namespace) -> int:
     from zllm_core.engine.device import describe_device, resolve_device
     from zllm_core.model.model_names import resolve_model
     from zllm_core.server.app import create_app
-    from zllm_core.server.gate import parse_api_keys
     from zllm_core.server.prompt import PromptBuilder
-    from zllm_core.server.runtime import ServerConfig
-    from zllm_core.server.tenant_limits import TenantQuota
 
     device = resolve_device(args.device)
-    quota = TenantQuota(args.max_running_per_key, args.max_queued_per_key)  # refused before the load
+    config = server_config(args)  # a bad quota is refused before the load
     sock = bind(args.host, args.port)
     configure_logging(args.log_level)
-    engine_config = {"device": device, "allow_long_context": args.allow_long_context}
-    if args.max_model_len:
-        engine_config["max_model_len"] = args.max_model_len
-    for name in ("kv_cache_bytes", "max_num_seqs", "max_num_batched_tokens", "speculative_tokens"):
-        if getattr(args, name):
-            engine_config[name] = getattr(args, name)
-    if args.ssd_cache_dir:
-        engine_config.update(ssd_cache_dir=args.ssd_cache_dir, ssd_cache_bytes=args.ssd_cache_bytes)
     model_dir = resolve_model(args.model)  # once: for zllm-demo it checks 160 MB of hashes
-    engine = AsyncEngine.from_model(str(model_dir), **engine_config)
-    config = ServerConfig(
-        model_name=args.served_model_name or Path(str(args.model)).name,
-        max_output_tokens=args.max_output_tokens, max_model_len=args.max_model_len,
-        api_keys=parse_api_keys(args.api_key), max_body_bytes=args.max_body_bytes,
-        store_path=args.response_store, loop_guard=args.loop_guard,
-        request_timeout=args.request_timeout,
-        tenant_quota=quota)
+    engine = AsyncEngine.from_model(str(model_dir), device=device, **engine_options(args))
     prompts = PromptBuilder.from_model_dir(model_dir, engine.tokenizer, args.tool_dialect)
     app = create_app(engine, prompts, config)
     host, port = sock.getsockname()[:2]
