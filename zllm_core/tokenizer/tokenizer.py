@@ -30,6 +30,7 @@ class Tokenizer:
         self.special_tokens: dict[str, int] = dict(vocab.special_tokens)
         self.vocab_size: int = max(len(vocab.tokens), max(self.special_tokens.values(), default=-1) + 1)
         self._normalizer = vocab.normalizer
+        self.merges = vocab.merges  # what the GPU tokenizer builds its merge table from (empty: tiktoken ranks)
         self._unspellable = unspellable_pattern(vocab.tokens)
         self._core = _native.TokenizerCore(
             tokens=vocab.tokens,

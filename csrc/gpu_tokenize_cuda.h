@@ -1,0 +1,49 @@
+// The GPU tokenizer on a CUDA device (gpu_tokenize.cu): tables uploaded once, and per
+// capacity bucket a workspace and a CUDA graph of the whole pipeline. Declared for every
+// build; defined only where nvcc compiled csrc/*.cu (ZLLM_WITH_CUDA).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "gpu_tokenize_tables.h"
+
+namespace zllm {
+namespace gpu_tokenize {
+
+struct CudaResult {
+  uint32_t flags = 0;  // Flag bits: nonzero means the run is void (the caller uses the CPU)
+  uint32_t chars = 0;
+  std::vector<uint32_t> ids, ends, doc_tokens, piece_ends;
+};
+
+int cuda_device_count();
+
+class CudaTokenizer {
+ public:
+  explicit CudaTokenizer(const HostTables& tables);
+  ~CudaTokenizer();
+  CudaTokenizer(const CudaTokenizer&) = delete;
+  CudaTokenizer& operator=(const CudaTokenizer&) = delete;
+
+  // Tokenizes the batch: texts[i]'s bytes, segmented by `segs`. Thread-safe (runs one at a time).
+  CudaResult run(const std::vector<std::string_view>& texts, const Segments& segs, bool with_pieces);
+
+ private:
+  struct Bucket;
+  Bucket& bucket_for(const Capacity& need);
+
+  Tables tables_{};           // device pointers
+  std::vector<void*> device_allocations_;
+  void* stream_ = nullptr;    // cudaStream_t
+  uint32_t max_blocks_ = 0;
+  std::map<uint64_t, std::unique_ptr<Bucket>> buckets_;
+  std::mutex mu_;
+};
+
+}  // namespace gpu_tokenize
+}  // namespace zllm
