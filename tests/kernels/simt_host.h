@@ -112,7 +112,8 @@ struct Fiber {
 };
 
 struct Block {
-  std::vector<Fiber> fibers;
+  std::vector<Fiber> fibers;  // the first `threads` are the block's (the rest wait in the pool)
+  int threads = 0;
 #if SIMT_STACK_SWITCH
   void* scheduler = nullptr;
 #else
@@ -196,7 +197,7 @@ inline bool release_barrier(int threads) {
   }
   if (waiting == 0 || waiting + done < threads) return false;
   if (done) throw std::runtime_error("__syncthreads not reached by every thread");
-  for (auto& f : block->fibers) f.wait = Wait::kNone;
+  for (int t = 0; t < threads; ++t) block->fibers[t].wait = Wait::kNone;
   return true;
 }
 
@@ -225,8 +226,7 @@ inline int lane() { return static_cast<int>(threadIdx.x) & 31; }
 // Lanes of the calling thread's warp (the last warp of a block may be partial).
 inline int warp_lanes() {
   const int first = static_cast<int>(threadIdx.x) & ~31;
-  const int threads = static_cast<int>(block->fibers.size());
-  return threads - first < 32 ? threads - first : 32;
+  return block->threads - first < 32 ? block->threads - first : 32;
 }
 
 }  // namespace simt
@@ -281,15 +281,32 @@ inline int __reduce_max_sync(unsigned, int v) { return simt::warp_reduce(v, [](i
 inline unsigned __reduce_add_sync(unsigned, unsigned v) { return simt::warp_reduce(v, [](unsigned a, unsigned b) { return a + b; }); }
 inline int __reduce_add_sync(unsigned, int v) { return simt::warp_reduce(v, [](int a, int b) { return a + b; }); }
 
-// Runs `kernel` for every block of `grid` with `threads` threads each.  Blocks run one at a
-// time, so they share one set of fiber stacks (fresh stacks per block cost page faults that
-// dominate grids of many small blocks).
+namespace simt {
+// Blocks run one at a time, so every grid shares one set of fiber stacks, kept for the
+// process: fresh stacks per block, or per launch, cost page faults that dominated grids of
+// many small blocks and pipelines of many small launches.
+inline std::vector<Fiber>& fiber_pool(int threads) {
+  static std::vector<Fiber> pool;
+  if (pool.size() < static_cast<size_t>(threads)) pool.resize(threads);
+  for (auto& f : pool)
+    if (f.stack.empty()) f.stack.resize(1 << 16);
+  return pool;
+}
+}  // namespace simt
+
+// Runs `kernel` for every block of `grid` with `threads` threads each.
 template <class F>
 void run_grid(dim3 grid, int threads, F kernel) {
   simt::Block b;
   b.kernel = kernel;
-  b.fibers.resize(threads);
-  for (auto& f : b.fibers) f.stack.resize(1 << 16);
+  std::vector<simt::Fiber>& pool = simt::fiber_pool(threads);
+  b.fibers.swap(pool);  // back to the pool however run_grid leaves
+  b.threads = threads;
+  struct Return {
+    std::vector<simt::Fiber>& from;
+    std::vector<simt::Fiber>& to;
+    ~Return() { to.swap(from); }
+  } give_back{b.fibers, pool};
   struct Current {  // clears simt::block however run_grid leaves
     explicit Current(simt::Block* b) { simt::block = b; }
     ~Current() { simt::block = nullptr; }
@@ -300,7 +317,7 @@ void run_grid(dim3 grid, int threads, F kernel) {
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
         blockIdx = {x, y, z};
-        for (auto& f : b.fibers) simt::start(f);
+        for (int t = 0; t < threads; ++t) simt::start(b.fibers[t]);
         for (;;) {
           simt::release_barrier(threads);
           bool ran = false;
