@@ -40,7 +40,6 @@ constexpr int kThreads = 256;          // every kernel's block but the warp buck
 constexpr int kWarpBpeThreads = 128;   // four warps, one piece each
 constexpr int kScanItems = 8;
 constexpr uint32_t kScanTile = kThreads * kScanItems;
-constexpr uint8_t kContinuation = 0xFF;
 
 __device__ __forceinline__ uint32_t umin(uint32_t a, uint32_t b) { return a < b ? a : b; }
 __device__ __forceinline__ uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }
@@ -48,6 +47,18 @@ __device__ __forceinline__ uint32_t lowest_bit(uint32_t m) { return uint32_t(__f
 __device__ __forceinline__ uint32_t highest_bit(uint32_t m) { return 31 - uint32_t(__clz(int(m))); }
 __device__ __forceinline__ uint32_t bits_below(uint32_t i) { return i ? 0xFFFFFFFFu >> (32 - i) : 0; }  // i < 32
 __device__ __forceinline__ uint32_t utf8_len(uint8_t lead) { return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4; }
+constexpr uint8_t kContinuation = 0xFF;  // cls of a byte inside a character
+// The class at byte b read as a character's: a stray continuation byte (invalid UTF-8, which no
+// str holds) is punctuation.
+__device__ __forceinline__ uint8_t class_at(const uint8_t* cls, uint32_t b) {
+  return cls[b] == kContinuation ? uint8_t(kOther) : cls[b];
+}
+// The first byte of the character before byte b (b > 0), never before the text.
+__device__ __forceinline__ uint32_t prev_lead(const uint8_t* cls, uint32_t b) {
+  uint32_t a = b - 1;
+  while (a > 0 && cls[a] == kContinuation) --a;
+  return a;
+}
 
 // ---------------------------------------------------------------------------- bit trees
 
@@ -302,10 +313,8 @@ __global__ void __launch_bounds__(kThreads) anchors_kernel(Workspace ws, Tables 
     const uint32_t bar = barriers.level[0][w];
     uint32_t pairs = 0;
     for (uint32_t m = ws.sets[kLead].level[0][w] & ~bar; m; m &= m - 1) {
-      const uint32_t b = (w << 5) + lowest_bit(m);
-      uint32_t a = b - 1;
-      while (ws.cls[a] == kContinuation) --a;
-      if (!can_span(g, ws.cls[a], ws.text[a], ws.cls[b], ws.text[b])) pairs |= 1u << (b & 31);
+      const uint32_t b = (w << 5) + lowest_bit(m), a = prev_lead(ws.cls, b);
+      if (!can_span(g, class_at(ws.cls, a), ws.text[a], ws.cls[b], ws.text[b])) pairs |= 1u << (b & 31);
     }
     const uint32_t word = (bar | pairs) & ~special_body(ws, w);
     ws.starts[stage].level[0][w] = word;
@@ -334,7 +343,7 @@ struct Scanner {
 
   __device__ uint32_t piece_end(uint32_t i) const {
     if (g.digits_only) return digit_split_end(i);
-    const uint8_t c0 = cls[i];
+    const uint8_t c0 = class_at(cls, i);
     const uint32_t next = i + utf8_len(s[i]);
     if (s[i] == '\'' && (g.contractions == Grammar::kPrefixCaseSensitive ||
                          g.contractions == Grammar::kPrefixCaseInsensitive)) {
@@ -422,7 +431,7 @@ struct Scanner {
   __device__ uint32_t spaces(uint32_t i) const {
     const uint32_t e = run(i, kStopSpace);
     uint32_t last_start = e - 1;
-    while (cls[last_start] == kContinuation) --last_start;
+    while (last_start > i && cls[last_start] == kContinuation) --last_start;
     const uint32_t nl = last_set(sets[kIsNewline], e - 1);
     const uint32_t after_newline = (nl != kNone && nl >= i) ? nl + 1 : 0;
     if (e == limit && g.space_run_to_end) return e;
@@ -447,14 +456,9 @@ struct Walk {
   const BitTree& anchors;
   const BitTree& starts;
 
-  __device__ uint32_t prev_lead(uint32_t b) const {
-    uint32_t a = b - 1;
-    while (ws.cls[a] == kContinuation) --a;
-    return a;
-  }
   // A digit whose run (within the stage's barriers) began before it.
   __device__ bool inside_digit_run(uint32_t b) const {
-    return g.digit_group > 0 && ws.cls[b] == kNum && !test_bit(barriers, b) && ws.cls[prev_lead(b)] == kNum;
+    return g.digit_group > 0 && ws.cls[b] == kNum && !test_bit(barriers, b) && ws.cls[prev_lead(ws.cls, b)] == kNum;
   }
   // Whether the k-groups counted from its run's first digit start at digit b.
   __device__ bool starts_digit_group(uint32_t b) const {

@@ -75,6 +75,16 @@ class EmulatedBackend:
         bad, text, bounds, tokens, docs = _native.gpu_segments(core, policy, texts)
         if bad >= 0:
             return {"disallowed": bad}
+        return self.run_segments(text, bounds, tokens, docs, pieces)
+
+    def run_bytes(self, data: bytes) -> dict:
+        """One text of raw bytes, valid UTF-8 or not (no Python str can hold the latter)."""
+        text = np.frombuffer(data, np.uint8)
+        bounds, offsets = np.array([0, len(data)], np.uint32), np.array([0, len(data)], np.uint32)
+        return self.run_segments(text, bounds, np.array([0xFFFFFFFF], np.uint32), offsets, True)
+
+    def run_segments(self, text: np.ndarray, bounds: np.ndarray, tokens: np.ndarray, docs: np.ndarray,
+                     pieces: bool) -> dict:
         n = len(text)
         if n == 0:
             empty = np.zeros(0, np.uint32)
