@@ -1,24 +1,18 @@
 """The router between the CPU tokenizer and the GPU full path (device_route.py), with the device's
-kernels emulated on this CPU (tests/kernels/gpu_tokenize_emulated.py): which texts go where, an
-incremental session adopting a device result for an append too large to repair cheaply, and the
-shadow verifier over device results."""
+kernels emulated on this CPU (tests/kernels/gpu_tokenize_emulated.py), and on CUDA where a device
+is present: which texts go where, an incremental session adopting a device result for an append
+too large to repair cheaply, and the shadow verifier over device results."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tests.kernels.gpu_tokenize_emulated import EmulatedBackend, library
 from tests.tokenizer.conftest import report
+from tests.tokenizer.test_gpu_tokenizer import backend, emulated_library  # noqa: F401  (fixtures)
 from zllm_core.tokenizer import Tokenizer
 from zllm_core.tokenizer.device_route import REPAIR_LIMIT_CHARS, Calibration, DeviceRoute
 from zllm_core.tokenizer.gpu_tokenizer import GpuTokenizer, cuda_available
 from zllm_core.tokenizer.incremental import IncrementalTokenizer
-
-
-@pytest.fixture(scope="module")
-def emulated():
-    lib = library()
-    return lambda tables: EmulatedBackend(tables, lib=lib)
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +21,7 @@ def code(documents) -> str:
 
 
 def routed_tokenizer(backend, **route) -> tuple[Tokenizer, DeviceRoute]:
-    """A fresh cl100k tokenizer (routes are per object) with an emulated device route."""
+    """A fresh cl100k tokenizer (routes are per object) with a device route over `backend`."""
     tok = Tokenizer.from_family("cl100k_base")
     r = DeviceRoute(tok, GpuTokenizer(tok, backend), **{"shadow_rate": 0.0, **route})
     tok.attach_device(r)
@@ -41,8 +35,8 @@ def test_cpu_only_hosts_attach_no_device(code):
     assert tok.device is None and tok.device_route(10**6) is None
 
 
-def test_texts_go_to_the_device_by_size(emulated, code):
-    tok, route = routed_tokenizer(emulated, min_chars=20_000)
+def test_texts_go_to_the_device_by_size(backend, code):
+    tok, route = routed_tokenizer(backend, min_chars=20_000)
     small, big = code[:10_000], code[:60_000]
     policy = tok.special_policy(frozenset())
     assert tok.encode(small) == tok.cpu_encode(small, policy) and route.stats.texts == 0
@@ -65,10 +59,10 @@ def test_crossover_and_append_decision_from_calibration():
     assert not route.prefers_full(1_100_000, REPAIR_LIMIT_CHARS, 512)  # small enough to repair
 
 
-def test_large_append_goes_to_the_full_path_and_the_session_adopts_it(emulated, code, capsys):
+def test_large_append_goes_to_the_full_path_and_the_session_adopts_it(backend, code, capsys):
     """100K characters appended to a 1M-character session: the router sends the whole text to the
-    (emulated) device, the session takes its tokens, and continues from them."""
-    tok, route = routed_tokenizer(emulated, min_chars=2_000_000)  # the cold 1M stays on the CPU
+    device, the session takes its tokens, and continues from them."""
+    tok, route = routed_tokenizer(backend, min_chars=2_000_000)  # the cold 1M stays on the CPU
     inc = IncrementalTokenizer(tok, shadow_rate=0.0)
     policy = tok.special_policy("all")
     base, grown = code[:1_000_000], code[:1_100_000]
@@ -83,8 +77,8 @@ def test_large_append_goes_to_the_full_path_and_the_session_adopts_it(emulated, 
     report(capsys, f"1,000,000 + 100,000 chars: routed to the device path, {len(ids):,} tokens exact")
 
 
-def test_cold_sessions_take_the_device_path(emulated, code):
-    tok, route = routed_tokenizer(emulated, min_chars=20_000)
+def test_cold_sessions_take_the_device_path(backend, code):
+    tok, route = routed_tokenizer(backend, min_chars=20_000)
     inc = IncrementalTokenizer(tok, shadow_rate=0.0)
     ids = inc.encode(code[:80_000])
     assert route.stats.texts == 1 and ids.tolist() == tok.cpu_encode(code[:80_000], tok.special_policy("all"))
@@ -105,8 +99,8 @@ class Corrupting:
         return out
 
 
-def test_shadow_turns_a_wrong_device_off(emulated, code):
-    tok, route = routed_tokenizer(lambda t: Corrupting(emulated(t)), min_chars=20_000, shadow_rate=1.0)
+def test_shadow_turns_a_wrong_device_off(backend, code):
+    tok, route = routed_tokenizer(lambda t: Corrupting(backend(t)), min_chars=20_000, shadow_rate=1.0)
     text = code[:40_000]
     tok.encode(text)
     route.shadow.drain()
@@ -123,8 +117,8 @@ class Voiding:
         return {**self.inner.run(*args, **kwargs), "flags": 1}
 
 
-def test_a_voided_run_falls_back_to_the_cpu(emulated, code):
-    tok, route = routed_tokenizer(lambda t: Voiding(emulated(t)), min_chars=20_000)
+def test_a_voided_run_falls_back_to_the_cpu(backend, code):
+    tok, route = routed_tokenizer(lambda t: Voiding(backend(t)), min_chars=20_000)
     text = code[:30_000]
     assert tok.encode(text) == tok.cpu_encode(text, tok.special_policy(frozenset()))
     assert route.stats.fallbacks == 1 and route.gpu.void_runs == 1 and np.isscalar(route.min_chars)

@@ -52,13 +52,14 @@ def emulated_library():
 
 
 @pytest.fixture(scope="session", params=["emulated", "cuda"])
-def backend(request, emulated_library):
+def backend(request):
     """How GpuTokenizer runs its kernels: on this CPU, or on a CUDA device where present."""
     if request.param == "cuda":
         if not cuda_available():
             pytest.skip("no CUDA device (the emulated kernels run instead)")
         return CudaBackend
-    return lambda tables: EmulatedBackend(tables, lib=emulated_library)
+    lib = request.getfixturevalue("emulated_library")
+    return lambda tables: EmulatedBackend(tables, lib=lib)
 
 
 @pytest.fixture(scope="session")
@@ -182,3 +183,14 @@ def test_rules_the_device_does_not_know_stay_on_cpu(family_tokenizers):
     assert "letters kind 7" in device_support(odd)
     with pytest.raises(DeviceUnsupported, match="letters kind 7"):
         GpuTokenizer(odd, lambda t: None)
+
+
+def test_bench_runs_emulated(emulated_library, capsys):
+    """bench/tokenize_gpu.py --emulated prints the table a GPU run prints, at small sizes."""
+    import tokenize_gpu  # bench/, on the path by tests/conftest.py
+
+    out = tokenize_gpu.main(["--emulated", "--sizes", "1500,4000", "--rounds", "3", "--batch", "3x1000"])
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| ") and not line.startswith("| text")]
+    assert [r[1] for r in rows] == ["gpu", "cpu", "tiktoken"] * 3
+    assert [r[0].strip("| ") for r in rows[::3]] == ["1,500 chars", "4,000 chars", "batch 3x1,000"]
+    assert all(float(r[2]) > 0 and float(r[4]) > 0 for r in rows)

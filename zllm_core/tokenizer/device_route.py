@@ -73,7 +73,7 @@ def calibrate(tokenizer: Tokenizer, gpu: GpuTokenizer, rounds: int = 3) -> Calib
         sample = text[:chars]
         gpu.encode(sample, policy)  # the capacity bucket's graph is built outside the timing
         sizes.append(chars)
-        cpu.append(_median_ns(lambda: tokenizer.cpu_encode(sample, policy), rounds))
+        cpu.append(_median_ns(lambda: tokenizer.cpu_encode(sample, policy, as_array=True), rounds))
         device.append(_median_ns(lambda: gpu.encode(sample, policy), rounds))
     cpu_slope = float(np.dot(sizes, cpu) / np.dot(sizes, sizes))  # through the origin
     slope, fixed = np.polyfit(sizes, device, 1)

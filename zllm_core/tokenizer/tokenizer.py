@@ -119,9 +119,10 @@ class Tokenizer:
         except UnicodeEncodeError:
             return self._core.encode_batch([repair_surrogates(t) for t in texts], policy, threads)
 
-    def cpu_encode(self, text: str, policy: _native.SpecialPolicy) -> list[int]:
-        """`encode` on the CPU path whatever the size: the reference the GPU path is checked by."""
-        return self._native_call(self._core.encode, text, policy)
+    def cpu_encode(self, text: str, policy: _native.SpecialPolicy, as_array: bool = False) -> list[int] | np.ndarray:
+        """`encode` (or, as_array, `encode_to_numpy`) on the CPU path whatever the size: the
+        reference the GPU path is checked by."""
+        return self._native_call(self._core.encode_array if as_array else self._core.encode, text, policy)
 
     def device_route(self, chars: int) -> DeviceRoute | None:
         """The GPU full path if it takes a text of `chars` characters (see device_route.py)."""
