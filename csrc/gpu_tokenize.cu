@@ -15,6 +15,10 @@
 
 namespace zllm {
 namespace gpu_tokenize {
+
+// Kernels take the workspace and the tables by value: within CUDA's 4 KB of parameters.
+static_assert(sizeof(Workspace) + sizeof(Tables) + 16 <= 4096, "kernel parameters over 4 KB");
+
 namespace {
 
 void check(cudaError_t e, const char* what) {
@@ -136,14 +140,15 @@ CudaTokenizer::Bucket& CudaTokenizer::bucket_for(const Capacity& need) {
   return *buckets_.emplace(key, std::move(b)).first->second;
 }
 
-CudaResult CudaTokenizer::run(const std::vector<std::string_view>& texts, const Segments& segs, bool with_pieces) {
+CudaCounts CudaTokenizer::run(const std::vector<std::string_view>& texts, const Segments& segs,
+                              const CudaOutputs& out) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint32_t n = uint32_t(segs.bytes), segments = uint32_t(segs.bounds.size() - 1);
   const uint32_t docs = uint32_t(segs.doc_offsets.size() - 1);
-  CudaResult r;
+  CudaCounts counts;
   if (n == 0) {
-    r.doc_tokens.assign(docs + 1, 0);
-    return r;
+    std::memset(out.doc_tokens, 0, 4 * (size_t(docs) + 1));
+    return counts;
   }
   const uint32_t cap_bytes = bucket_bytes(n);
   Bucket& b = bucket_for(Capacity{cap_bytes, pow2_at_least(segments, cap_bytes / 64), pow2_at_least(docs, 64)});
@@ -156,11 +161,11 @@ CudaResult CudaTokenizer::run(const std::vector<std::string_view>& texts, const 
   std::memcpy(tokens, segs.tokens.data(), 4 * size_t(segments));
   uint32_t* offsets = tokens + segments;
   std::memcpy(offsets, segs.doc_offsets.data(), 4 * (size_t(docs) + 1));
-  uint32_t* header = offsets + docs + 1;
+  uint32_t* header = offsets + docs + 1;  // Counters' first fields
   header[0] = n;
   header[1] = segments;
   header[2] = docs;
-  header[3] = with_pieces;
+  header[3] = out.piece_ends != nullptr;
   check(cudaMemcpyAsync(b.ws.text, b.staging, n, cudaMemcpyHostToDevice, stream), "copy text");
   check(cudaMemcpyAsync(b.ws.seg_bounds, bounds, 4 * (size_t(segments) + 1), cudaMemcpyHostToDevice, stream), "copy segments");
   check(cudaMemcpyAsync(b.ws.seg_tokens, tokens, 4 * size_t(segments), cudaMemcpyHostToDevice, stream), "copy segments");
@@ -169,13 +174,15 @@ CudaResult CudaTokenizer::run(const std::vector<std::string_view>& texts, const 
   check(cudaGraphLaunch(b.graph, stream), "cudaGraphLaunch");
   check(cudaStreamSynchronize(stream), "tokenize");
   const Counters& c = *b.counters;
-  r.flags = c.flags;
-  r.chars = c.chars;
-  r.ids.assign(b.out_ids, b.out_ids + c.tokens);
-  r.ends.assign(b.out_ends, b.out_ends + c.tokens);
-  r.doc_tokens.assign(b.out_docs, b.out_docs + docs + 1);
-  if (with_pieces) r.piece_ends.assign(b.out_pieces, b.out_pieces + c.pieces);
-  return r;
+  counts.flags = c.flags;
+  counts.tokens = c.tokens;
+  counts.pieces = c.pieces;
+  counts.chars = c.chars;
+  std::memcpy(out.ids, b.out_ids, 4 * size_t(c.tokens));
+  if (out.ends) std::memcpy(out.ends, b.out_ends, 4 * size_t(c.tokens));
+  std::memcpy(out.doc_tokens, b.out_docs, 4 * (size_t(docs) + 1));
+  if (out.piece_ends) std::memcpy(out.piece_ends, b.out_pieces, 4 * size_t(c.pieces));
+  return counts;
 }
 
 }  // namespace gpu_tokenize

@@ -76,24 +76,32 @@ struct PyTables {
 
 #ifdef ZLLM_WITH_CUDA
 py::dict cuda_encode(CudaTokenizer& dev, const TokenizerCore& core, const SpecialPolicy& policy,
-                     const py::list& texts, bool with_pieces) {
+                     const py::list& texts, bool with_ends, bool with_pieces) {
   Segments segs;
   std::vector<std::string_view> views;
   py::dict out;
   const long bad = segment_texts(core, policy, texts, segs, &views);
   out["disallowed"] = bad;
   if (bad >= 0) return out;
-  CudaResult r;
+  // At most one token (and one piece) a byte: arrays of that size, filled once by the run,
+  // then viewed at their length (their pages are touched only as far as the run writes).
+  const size_t n = segs.bytes;
+  py::array_t<uint32_t> ids(n), ends(with_ends ? n : 0), pieces(with_pieces ? n : 0);
+  py::array_t<uint32_t> doc_tokens(segs.doc_offsets.size());
+  const CudaOutputs sink{ids.mutable_data(), with_ends ? ends.mutable_data() : nullptr, doc_tokens.mutable_data(),
+                         with_pieces ? pieces.mutable_data() : nullptr};
+  CudaCounts c;
   {
     py::gil_scoped_release nogil;  // the str buffers stay alive with `texts`
-    r = dev.run(views, segs, with_pieces);
+    c = dev.run(views, segs, sink);
   }
-  out["flags"] = r.flags;
-  out["ids"] = to_array(r.ids);
-  out["ends"] = to_array(r.ends);
-  out["doc_tokens"] = to_array(r.doc_tokens);
-  if (with_pieces) out["piece_ends"] = to_array(r.piece_ends);
-  out["chars"] = r.chars;
+  const py::slice tokens(0, c.tokens, 1);
+  out["flags"] = c.flags;
+  out["ids"] = ids[tokens];
+  if (with_ends) out["ends"] = ends[tokens];
+  out["doc_tokens"] = doc_tokens;
+  if (with_pieces) out["piece_ends"] = pieces[py::slice(0, c.pieces, 1)];
+  out["chars"] = c.chars;
   return out;
 }
 #endif
@@ -131,7 +139,8 @@ void register_gpu_tokenize(py::module_& m) {
   m.def("cuda_device_count", [] { return cuda_device_count(); }, "CUDA devices visible (0 without a driver).");
   py::class_<CudaTokenizer>(m, "GpuTokenizerCuda", "The GPU tokenizer on the current CUDA device.")
       .def(py::init([](const std::shared_ptr<PyTables>& t) { return std::make_unique<CudaTokenizer>(t->host); }))
-      .def("encode", &cuda_encode, py::arg("core"), py::arg("policy"), py::arg("texts"), py::arg("pieces") = false);
+      .def("encode", &cuda_encode, py::arg("core"), py::arg("policy"), py::arg("texts"), py::arg("ends") = true,
+           py::arg("pieces") = false);
 #else
   m.def("cuda_device_count", [] { return 0; }, "CUDA devices visible (0: this build has no CUDA).");
 #endif

@@ -15,10 +15,18 @@
 namespace zllm {
 namespace gpu_tokenize {
 
-struct CudaResult {
+// Where a run's results go: host memory for at least n ids and ends (ends and piece_ends
+// may be null: not wanted), and texts + 1 first-token offsets.
+struct CudaOutputs {
+  uint32_t* ids;
+  uint32_t* ends;
+  uint32_t* doc_tokens;
+  uint32_t* piece_ends;
+};
+
+struct CudaCounts {
   uint32_t flags = 0;  // Flag bits: nonzero means the run is void (the caller uses the CPU)
-  uint32_t chars = 0;
-  std::vector<uint32_t> ids, ends, doc_tokens, piece_ends;
+  uint32_t tokens = 0, pieces = 0, chars = 0;
 };
 
 int cuda_device_count();
@@ -30,8 +38,9 @@ class CudaTokenizer {
   CudaTokenizer(const CudaTokenizer&) = delete;
   CudaTokenizer& operator=(const CudaTokenizer&) = delete;
 
-  // Tokenizes the batch: texts[i]'s bytes, segmented by `segs`. Thread-safe (runs one at a time).
-  CudaResult run(const std::vector<std::string_view>& texts, const Segments& segs, bool with_pieces);
+  // Tokenizes the batch: texts[i]'s bytes, segmented by `segs`; copies the results to `out`
+  // (once, from the buffers the kernels wrote). Thread-safe: runs go one at a time.
+  CudaCounts run(const std::vector<std::string_view>& texts, const Segments& segs, const CudaOutputs& out);
 
  private:
   struct Bucket;

@@ -71,7 +71,7 @@ class EmulatedBackend:
         self._lib = lib or library()
 
     def run(self, core: _native.TokenizerCore, policy: _native.SpecialPolicy, texts: list[str],
-            pieces: bool = False) -> dict:
+            ends: bool = True, pieces: bool = False) -> dict:
         bad, text, bounds, tokens, docs = _native.gpu_segments(core, policy, texts)
         if bad >= 0:
             return {"disallowed": bad}

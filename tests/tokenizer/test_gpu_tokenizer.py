@@ -72,7 +72,7 @@ def assert_batch_matches(gpu: GpuTokenizer, texts: list[str], allowed=frozenset(
     and (texts without specials) pieces. Returns the tokens compared."""
     tok = gpu.tokenizer
     policy = tok.special_policy(allowed)
-    batch = gpu.run(texts, policy, pieces=not allowed)
+    batch = gpu.run(texts, policy, ends=True, pieces=not allowed)
     assert batch is not None, "the device refused or voided the run"
     piece_ends, at, char_base = [], 0, 0
     for k, text in enumerate(texts):

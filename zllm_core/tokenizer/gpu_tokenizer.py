@@ -60,7 +60,7 @@ def cuda_available() -> bool:
 
 class Backend(Protocol):
     def run(self, core: _native.TokenizerCore, policy: _native.SpecialPolicy, texts: list[str],
-            pieces: bool = False) -> dict: ...
+            ends: bool = True, pieces: bool = False) -> dict: ...
 
 
 class CudaBackend:
@@ -69,8 +69,8 @@ class CudaBackend:
     def __init__(self, tables: _native.GpuTables):
         self._device = _native.GpuTokenizerCuda(tables)
 
-    def run(self, core, policy, texts, pieces=False) -> dict:
-        return self._device.encode(core, policy, texts, pieces)
+    def run(self, core, policy, texts, ends=True, pieces=False) -> dict:
+        return self._device.encode(core, policy, texts, ends, pieces)
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class DeviceBatch:
     """One run's results over the texts of a batch, back to back."""
 
     ids: np.ndarray         # uint32
-    ends: np.ndarray        # uint32: code point offset (in the batch's text) where each token ends
+    ends: np.ndarray | None  # uint32: code point offset (in the batch's text) where each token ends
     doc_tokens: np.ndarray  # texts + 1: where each text's tokens begin
     piece_ends: np.ndarray | None  # uint32 byte offsets, when asked for
 
@@ -104,26 +104,30 @@ class GpuTokenizer:
         self.backend = backend(self.tables)
         self.void_runs = 0
 
-    def run(self, texts: Sequence[str], policy: _native.SpecialPolicy, pieces: bool = False) -> DeviceBatch | None:
+    def run(self, texts: Sequence[str], policy: _native.SpecialPolicy, ends: bool = True,
+            pieces: bool = False) -> DeviceBatch | None:
+        """One device run over `texts`; `ends`: with each token's end offset, `pieces`: with the
+        pieces' end offsets."""
         texts = [self.tokenizer.normalize(t) for t in texts]
+        core = self.tokenizer.native
         try:
-            out = self.backend.run(self.tokenizer.native, policy, texts, pieces)
+            out = self.backend.run(core, policy, texts, ends, pieces)
         except UnicodeEncodeError:  # lone surrogates: tiktoken's repair, as the CPU path does
-            out = self.backend.run(self.tokenizer.native, policy, [repair_surrogates(t) for t in texts], pieces)
+            out = self.backend.run(core, policy, [repair_surrogates(t) for t in texts], ends, pieces)
         if out["disallowed"] >= 0:
             return None
         if out["flags"]:
             self.void_runs += 1
             log.warning("GPU tokenizer voided a run (flags %#x); the CPU path takes it", out["flags"])
             return None
-        return DeviceBatch(out["ids"], out["ends"], out["doc_tokens"], out.get("piece_ends"))
+        return DeviceBatch(out["ids"], out.get("ends"), out["doc_tokens"], out.get("piece_ends"))
 
     def encode(self, text: str, policy: _native.SpecialPolicy) -> np.ndarray | None:
-        batch = self.run([text], policy)
+        batch = self.run([text], policy, ends=False)
         return None if batch is None else batch.ids
 
     def encode_batch(self, texts: Sequence[str], policy: _native.SpecialPolicy) -> list[np.ndarray] | None:
-        batch = self.run(texts, policy)
+        batch = self.run(texts, policy, ends=False)
         return None if batch is None else [batch.text_ids(k) for k in range(len(texts))]
 
     def encode_run(self, text: str, policy: _native.SpecialPolicy) -> _native.TokenRun | None:
