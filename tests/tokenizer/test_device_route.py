@@ -122,3 +122,26 @@ def test_a_voided_run_falls_back_to_the_cpu(backend, code):
     text = code[:30_000]
     assert tok.encode(text) == tok.cpu_encode(text, tok.special_policy(frozenset()))
     assert route.stats.fallbacks == 1 and route.gpu.void_runs == 1 and np.isscalar(route.min_chars)
+
+
+class Failing:
+    def __init__(self, tables):
+        pass
+
+    def run(self, *args, **kwargs):
+        raise RuntimeError("GPU tokenizer: cudaGraphLaunch: out of memory")
+
+
+def test_a_device_error_turns_the_route_off(code):
+    tok, route = routed_tokenizer(Failing, min_chars=20_000)
+    text = code[:30_000]
+    assert tok.encode(text) == tok.cpu_encode(text, tok.special_policy(frozenset()))
+    assert not route.enabled and tok.device_route(30_000) is None
+
+
+def test_a_batch_over_the_device_capacity_takes_the_cpu_path(backend, code, monkeypatch):
+    tok, route = routed_tokenizer(backend, min_chars=20_000)
+    monkeypatch.setattr("zllm_core.tokenizer.gpu_tokenizer.MAX_BATCH_BYTES", 25_000)
+    text = code[:30_000]
+    assert tok.encode(text) == tok.cpu_encode(text, tok.special_policy(frozenset()))
+    assert route.stats.fallbacks == 1 and route.enabled

@@ -127,10 +127,10 @@ class DeviceRoute:
         return c is None or c.device_ns(chars) < c.cpu_ns(appended + window)
 
     def encode(self, text: str, policy: _native.SpecialPolicy) -> np.ndarray | None:
-        return self._checked(text, policy, self.gpu.encode(text, policy))
+        return self._checked(text, policy, self._device(self.gpu.encode, text, policy))
 
     def encode_batch(self, texts: list[str], policy: _native.SpecialPolicy) -> list[np.ndarray] | None:
-        out = self.gpu.encode_batch(texts, policy)
+        out = self._device(self.gpu.encode_batch, texts, policy)
         if out is not None and texts:
             k = int(np.argmax([len(t) for t in texts]))  # one shadow sample a batch: its largest text
             self._checked(texts[k], policy, out[k])
@@ -138,9 +138,19 @@ class DeviceRoute:
 
     def encode_run(self, text: str, policy: _native.SpecialPolicy) -> _native.TokenRun | None:
         """A session's TokenRun of `text` from the device (None: the CPU must take it)."""
-        run = self.gpu.encode_run(text, policy)
+        run = self._device(self.gpu.encode_run, text, policy)
         self._checked(text, policy, None if run is None else run.ids)
         return run
+
+    def _device(self, call, *args):
+        """call(*args) on the device; a CUDA error (out of memory, a lost device) turns the route
+        off, and the caller takes the CPU path."""
+        try:
+            return call(*args)
+        except RuntimeError as e:
+            self.enabled = False
+            log.error("GPU tokenizer failed (%s); %s now stays on the CPU", e, self.tokenizer.name)
+            return None
 
     def _checked(self, text: str, policy: _native.SpecialPolicy, ids: np.ndarray | None) -> np.ndarray | None:
         if ids is None:

@@ -30,6 +30,7 @@ from zllm_core.tokenizer.tokenizer import Tokenizer, repair_surrogates
 log = logging.getLogger(__name__)
 
 MAX_STAGES = 4  # csrc/gpu_tokenize.h kMaxStages
+MAX_BATCH_BYTES = _native.gpu_max_batch_bytes  # of UTF-8 in one run (kMaxCapacity)
 
 
 class DeviceUnsupported(UnsupportedTokenizer):
@@ -109,6 +110,9 @@ class GpuTokenizer:
         """One device run over `texts`; `ends`: with each token's end offset, `pieces`: with the
         pieces' end offsets."""
         texts = [self.tokenizer.normalize(t) for t in texts]
+        if sum(map(len, texts)) * 4 > MAX_BATCH_BYTES and sum(len(t.encode("utf-8", "surrogatepass"))
+                                                              for t in texts) > MAX_BATCH_BYTES:
+            return None
         core = self.tokenizer.native
         try:
             out = self.backend.run(core, policy, texts, ends, pieces)
