@@ -3,10 +3,12 @@
 Per size (10K, 100K, 1M and 4M characters of the standard library's Python sources), three
 paths timed in interleaved rounds: the GPU path (GpuTokenizer.encode: a str in, a uint32 array of
 ids on the host out, so the copies, the CUDA graph and the wait are all in), the CPU path
-(encode_to_numpy on one thread) and tiktoken (encode). The table gives each path's latency p50
+(encode_to_numpy on one thread) and tiktoken (encode_to_numpy), all three returning uint32
+arrays. The table gives each path's latency p50
 and p99, GB/s of UTF-8 at p50, and the GPU path's speedup over it: the median of the per-round
 ratios with their interquartile range. A batch row follows: many texts through each path's batch
-API (the GPU path: one run; the CPU path and tiktoken: their thread pools), GB/s at p50.
+API (the GPU path: one run, arrays; the CPU path and tiktoken: their thread pools, lists),
+GB/s at p50.
 Every path's ids are checked against tiktoken's in the same run.
 
 --emulated runs the GPU path as its kernels emulated on this CPU (tests/kernels/
@@ -51,7 +53,7 @@ def paths(tok: Tokenizer, gpu: GpuTokenizer, enc) -> dict:
     return {
         "gpu": lambda text: gpu.encode(text, policy),
         "cpu": lambda text: tok.cpu_encode(text, policy, as_array=True),
-        "tiktoken": lambda text: enc.encode(text),
+        "tiktoken": lambda text: enc.encode_to_numpy(text),
     }
 
 
