@@ -104,7 +104,7 @@ CudaTokenizer::~CudaTokenizer() {
 }
 
 CudaTokenizer::Bucket& CudaTokenizer::bucket_for(const Capacity& need) {
-  const uint64_t key = (uint64_t(need.bytes) << 32) ^ (uint64_t(need.segments) << 16) ^ need.docs;
+  const auto key = std::make_tuple(need.bytes, need.segments, need.docs);
   auto it = buckets_.find(key);
   if (it != buckets_.end()) return *it->second;
   auto b = std::make_unique<Bucket>();

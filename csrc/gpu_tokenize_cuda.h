@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "gpu_tokenize_tables.h"
@@ -50,7 +51,7 @@ class CudaTokenizer {
   std::vector<void*> device_allocations_;
   void* stream_ = nullptr;    // cudaStream_t
   uint32_t max_blocks_ = 0;
-  std::map<uint64_t, std::unique_ptr<Bucket>> buckets_;
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, std::unique_ptr<Bucket>> buckets_;  // by capacity
   std::mutex mu_;
 };
 
