@@ -112,9 +112,7 @@ void register_gpu_tokenize(py::module_& m) {
   py::class_<PyTables, std::shared_ptr<PyTables>>(m, "GpuTables", "The GPU tokenizer's tables of one tokenizer.")
       .def_property_readonly("view", [](const PyTables& t) {
         return py::bytes(reinterpret_cast<const char*>(&t.view), sizeof(Tables));
-      }, "The Tables struct over host memory, for the host emulation of the kernels (same build).")
-      .def_property_readonly("pairs", [](const PyTables& t) { return t.host.pairs.size(); })
-      .def_property_readonly("max_token_len", [](const PyTables& t) { return t.host.max_token_len; });
+      }, "The Tables struct over host memory, for the host emulation of the kernels (same build).");
   m.def("gpu_tables", [](const TokenizerCore& core,
                          const py::array_t<uint32_t, py::array::c_style | py::array::forcecast>& merge_pairs,
                          const std::vector<Grammar>& stages) {
