@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import logging
 import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from zllm_core.model.model_names import DEFAULT_MODEL
 
@@ -121,8 +122,10 @@ def run_serve(args: argparse.Namespace) -> int:
     class _Server(uvicorn.Server):
         """On SIGTERM (or Ctrl-C) uvicorn stops listening, then waits for open responses to
         end; stopping the engine first ends every in-flight generation now, each stream with
-        its protocol's error event (503 `shutting_down`), and the engine's close then backs
-        its prefix state up to the SSD tier."""
+        its protocol's error event (503 `shutting_down`). The engine's shutdown then backs its
+        prefix state up to the SSD tier, inside the signal capture: once serving ends, uvicorn
+        re-raises the signal it caught, and with the default handler back that kills the
+        process on the spot."""
 
         def __init__(self, config: uvicorn.Config, engine: Any):
             super().__init__(config)
@@ -131,6 +134,14 @@ def run_serve(args: argparse.Namespace) -> int:
         def handle_exit(self, sig: int, frame: Any) -> None:
             self.engine.stop()
             super().handle_exit(sig, frame)
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                try:
+                    yield
+                finally:
+                    self.engine.shutdown()
 
     from zllm_core.engine.async_engine import AsyncEngine
     from zllm_core.engine.device import describe_device, resolve_device
@@ -171,8 +182,5 @@ def run_serve(args: argparse.Namespace) -> int:
     # log_config=None: uvicorn logs through the handler configured above; access lines are ours.
     server = _Server(uvicorn.Config(app, log_level=args.log_level, log_config=None,
                                     access_log=False, ws="websockets-sansio"), engine)
-    try:
-        server.run(sockets=[sock])
-    finally:
-        engine.shutdown()
+    server.run(sockets=[sock])  # shuts the engine down however serving ends
     return 0
