@@ -76,10 +76,14 @@ def _args(text: str) -> Any:
         return {}
 
 
-class ChatClient:
-    def __init__(self, client: openai.AsyncOpenAI, model: str):
+class SDKClient:
+    """A protocol's client: the official SDK's, and the model it asks for."""
+
+    def __init__(self, client: Any, model: str):
         self.client, self.model = client, model
 
+
+class ChatClient(SDKClient):
     def body(self, call: Call, plan: Plan, max_tokens: int) -> dict[str, Any]:
         messages: list[dict[str, Any]] = [{"role": "system", "content": call.system}]
         for m in call.history:
@@ -110,10 +114,7 @@ class ChatClient:
         return seen.outcome()
 
 
-class ResponsesClient:
-    def __init__(self, client: openai.AsyncOpenAI, model: str):
-        self.client, self.model = client, model
-
+class ResponsesClient(SDKClient):
     def body(self, call: Call, plan: Plan, max_tokens: int) -> dict[str, Any]:
         items: list[dict[str, Any]] = []
         for m in call.history:
@@ -193,10 +194,7 @@ class SocketClient(ResponsesClient):
             await manager.__aexit__(None, None, None)
 
 
-class MessagesClient:
-    def __init__(self, client: anthropic.AsyncAnthropic, model: str):
-        self.client, self.model = client, model
-
+class MessagesClient(SDKClient):
     def body(self, call: Call, plan: Plan, max_tokens: int) -> dict[str, Any]:
         messages: list[dict[str, Any]] = []
         for m in call.history:
