@@ -27,7 +27,7 @@ BILLING_HEADER = "x-anthropic-billing-header:"
 
 
 class _Tolerant(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class TextBlock(_Tolerant):
@@ -102,7 +102,7 @@ class Metadata(_Tolerant):
 
 class CountTokensRequest(_Tolerant):
     model: str
-    messages: list[AnthropicMessage]
+    messages: list[AnthropicMessage] = Field(min_length=1)
     system: Union[str, list[TextBlock], None] = None
     tools: list[Tool] | None = None
     tool_choice: ToolChoiceParam | None = None

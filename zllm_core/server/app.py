@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Response
 
-from zllm_core.server import chat_completions, errors, messages, responses, responses_socket
+from zllm_core.server import chat_completions, errors, messages, openapi, responses, responses_socket
 from zllm_core.server.access_log import AccessLog
 from zllm_core.server.gate import Gate
 from zllm_core.server.metrics import CONTENT_TYPE, ServerMetrics
@@ -35,7 +35,8 @@ def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> Fas
                        metrics)
     app = FastAPI(title="zllm", version="0.1.0")
     app.state.runtime = rt  # for whoever holds the app
-    errors.install(app)
+    openapi.install(app, config.model_name, secured=bool(config.api_keys))
+    errors.install(app, lambda path: openapi.methods_at(app, path))
     app.include_router(protocol_routes(rt))
 
     @app.get("/health")
