@@ -6,8 +6,9 @@ back into its protocol. `protocol_routes` is the protocols alone, for any app to
 """
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Depends, FastAPI, Response
 
@@ -33,7 +34,12 @@ def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> Fas
     metrics = ServerMetrics(engine.metrics, prompts.metrics)
     rt = Runtime.build(config, engine.generate, lambda: engine.model_config.eos_token_ids, prompts, max_len,
                        metrics)
-    app = FastAPI(title="zllm", version="0.1.0")
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        rt.store.close()  # its WAL checkpointed into the file: a clean file for whoever opens it next
+
+    app = FastAPI(title="zllm", version="0.1.0", lifespan=lifespan)
     app.state.runtime = rt  # for whoever holds the app
     openapi.install(app, config.model_name, secured=bool(config.api_keys))
     errors.install(app, lambda path: openapi.methods_at(app, path))

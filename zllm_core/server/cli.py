@@ -73,6 +73,9 @@ def add_serve_parser(sub) -> None:
                         "protocol's error event once streaming (default: none)")
     p.add_argument("--response-store", default=default_store_path(),
                    help="SQLite file for stored responses (previous_response_id)")
+    p.add_argument("--response-store-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long storing a response waits while another process holds the "
+                        "file's write lock; past it the response fails as not stored (503)")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--loop-guard", action="store_true",
                    help="break token loops in generations (and end turns that keep looping)")
@@ -170,7 +173,8 @@ def run_serve(args: argparse.Namespace) -> int:
         model_name=args.served_model_name or Path(str(args.model)).name,
         max_output_tokens=args.max_output_tokens, max_model_len=args.max_model_len,
         api_keys=parse_api_keys(args.api_key), max_body_bytes=args.max_body_bytes,
-        store_path=args.response_store, loop_guard=args.loop_guard,
+        store_path=args.response_store, store_timeout=args.response_store_timeout,
+        loop_guard=args.loop_guard,
         request_timeout=args.request_timeout,
         tenant_quota=quota)
     prompts = PromptBuilder.from_model_dir(model_dir, engine.tokenizer, args.tool_dialect)
