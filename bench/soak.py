@@ -64,6 +64,7 @@ class SoakConfig:
     stream: float = 0.7  # share streamed (the WebSocket always streams)
     max_tokens: int = 24
     system_chars: int = 1500
+    tools: int = 12  # of the trace's tool schemas, kept in every request
     message_chars: int = 600
     history_chars: int = 8000
     warmup: float = 0.2  # share of the duration before the RSS baseline is taken
@@ -87,7 +88,7 @@ def replay(session: dict[str, Any], cfg: SoakConfig) -> Iterator[Call]:
             done = call
             if sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in history) > cfg.history_chars:
                 history = compacted(history)
-            yield Call(system, session["tools"], list(history))
+            yield Call(system, session["tools"][:cfg.tools], list(history))
 
 
 def compacted(history: list[Message]) -> list[Message]:
