@@ -100,12 +100,12 @@ def install(app: FastAPI, methods_at: Callable[[str], list[str]] | None = None) 
     only one route's, and a path may have several."""
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
-        if exc.status_code == 405 and methods_at is not None:
-            exc.headers = {**(exc.headers or {}), "Allow": ", ".join(methods_at(request.url.path))}
+        allowed = methods_at(request.url.path) if exc.status_code == 405 and methods_at else None
+        if allowed:  # else Starlette's own (a path the document does not list)
+            exc.headers = {**(exc.headers or {}), "Allow": ", ".join(allowed)}
         return route_error(request.url.path, exc)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         log.exception("internal error on %s", request.url.path)
         return error_response(request.url.path, RequestError("internal server error", status=500))
-
