@@ -24,10 +24,10 @@ class ServerConfig:
     api_keys: dict[str, str] = field(default_factory=dict)  # key -> tenant; empty: no auth
     max_body_bytes: int = 64 << 20
     store_path: str = ":memory:"
-    store_timeout: float = BUSY_SECONDS  # seconds a store write waits for another process's lock
     loop_guard: bool = False  # break repetition loops (fence/guard.py), ending turns that keep looping
     request_timeout: float | None = None  # seconds from arrival to the last token
     tenant_quota: TenantQuota = TenantQuota()  # generations per API key at once, and waiting
+    store_timeout: float = BUSY_SECONDS  # seconds a store write waits for another process's lock
 
 
 @dataclass
