@@ -192,22 +192,34 @@ class Soak:
     async def run(self, rss: Callable[[], int] | None = None) -> "Report":
         start = time.monotonic()
         self.deadline = start + self.cfg.duration
-        samples: list[tuple[float, int]] = []
-        sampler = asyncio.create_task(_sample_rss(rss, samples)) if rss else None
+        samples: list[MemorySample] = []
+        sampler = asyncio.create_task(_sample_memory(self.url, rss, start, samples)) if rss else None
         await asyncio.gather(*(self.session(i) for i in range(self.cfg.sessions)))
         if sampler:
             sampler.cancel()
         elapsed = time.monotonic() - start
         pool = await settled_pool(self.url)
         if rss:
-            samples.append((time.monotonic(), rss()))
-        warm_at = start + self.cfg.warmup * self.cfg.duration
-        return Report(self.cfg, self.tally, elapsed, pool, [(t - start, v) for t, v in samples], warm_at - start)
+            samples.append(await memory(self.url, rss, start))
+        return Report(self.cfg, self.tally, elapsed, pool, samples, self.cfg.warmup * self.cfg.duration)
 
 
-async def _sample_rss(rss: Callable[[], int], samples: list[tuple[float, int]]) -> None:
+@dataclass(frozen=True)
+class MemorySample:
+    at: float  # seconds since the start
+    rss: int  # the server's resident bytes
+    sessions: int  # of them, the tokenizer's session store (a cache bounded by its budget)
+
+
+async def memory(url: str, rss: Callable[[], int], start: float) -> MemorySample:
+    async with httpx.AsyncClient(timeout=30) as http:
+        tokenizer = (await http.get(url + "/metrics.json")).json()["tokenizer"]
+    return MemorySample(time.monotonic() - start, rss(), tokenizer["session_bytes"])
+
+
+async def _sample_memory(url: str, rss: Callable[[], int], start: float, samples: list[MemorySample]) -> None:
     while True:
-        samples.append((time.monotonic(), rss()))
+        samples.append(await memory(url, rss, start))
         await asyncio.sleep(2.0)
 
 
@@ -261,8 +273,8 @@ class Report:
     tally: Tally
     elapsed: float
     pool: dict[str, float]
-    rss: list[tuple[float, int]]  # (seconds since the start, bytes)
-    warm_at: float
+    memory: list[MemorySample]
+    warm_at: float  # seconds since the start
     access_5xx: int = 0  # status >= 500 in the server's access log
     log_errors: int = 0  # tracebacks and ERROR lines in the server's log
 
@@ -280,8 +292,24 @@ class Report:
 
     def rss_growth(self) -> float | None:
         """RSS at the end against the first sample after warm-up."""
-        warm = [v for t, v in self.rss if t >= self.warm_at]
-        return (self.rss[-1][1] - warm[0]) / warm[0] if len(warm) >= 2 else None
+        warm = [m for m in self.memory if m.at >= self.warm_at]
+        return (warm[-1].rss - warm[0].rss) / warm[0].rss if len(warm) >= 2 else None
+
+    def memory_lines(self) -> list[str]:
+        """RSS after warm-up at each quarter of the rest of the run, and how much of its growth
+        the tokenizer's session store (a cache that fills up to its budget) accounts for."""
+        warm = [m for m in self.memory if m.at >= self.warm_at]
+        if len(warm) < 2:
+            return ["server RSS: not measured"]
+        first, last = warm[0], warm[-1]
+        quarters = [warm[min(len(warm) - 1, q * (len(warm) - 1) // 4)] for q in range(5)]
+        other = (last.rss - last.sessions) - (first.rss - first.sessions)
+        return [f"server RSS: {self.memory[0].rss / 2**20:.0f} MiB at start; after warm-up "
+                + ", ".join(f"{m.rss / 2**20:.0f} ({m.at:.0f} s)" for m in quarters)
+                + f" MiB: {self.rss_growth() * 100:+.2f}%",
+                f"  of the growth, tokenizer sessions {(last.sessions - first.sessions) / 2**20:+.0f} MiB "
+                f"({last.sessions / 2**20:.0f} MiB held); the rest {other / 2**20:+.0f} MiB, "
+                f"{other / first.rss * 100:+.2f}% of the RSS"]
 
     def table(self) -> str:
         kinds = ("ok", "left", "cancelled", "client_error", "server_error", "malformed")
@@ -292,10 +320,6 @@ class Report:
             p50, p99 = quantile(ttft, 0.5), quantile(ttft, 0.99)
             lines.append(f"{protocol:<13}" + "".join(f"{by_kind.get(k, 0):>13}" for k in kinds)
                          + (f"{p50:>12.2f}{p99:>12.2f}" if ttft else f"{'-':>12}{'-':>12}"))
-        growth = self.rss_growth()
-        rss = (f"{self.rss[0][1] / 2**20:.0f} MiB at start, {[v for t, v in self.rss if t >= self.warm_at][0] / 2**20:.0f}"
-               f" MiB after warm-up ({self.warm_at:.0f} s), {self.rss[-1][1] / 2**20:.0f} MiB at the end: "
-               f"{growth * 100:+.2f}%" if growth is not None else "not measured")
         lines += [
             f"requests {self.tally.requests} in {self.elapsed:.0f} s, {self.cfg.sessions} sessions",
             f"server errors (5xx, error events, dropped connections): {self.server_errors}; "
@@ -303,7 +327,7 @@ class Report:
             f"malformed streams: {self.malformed}",
             f"forced tool calls: {self.tally.forced_called} of {self.tally.forced} answered with a call",
             f"pool at the end: {self.pool} ({'empty' if self.pool_empty else 'NOT EMPTY'})",
-            f"server RSS: {rss}",
+            *self.memory_lines(),
         ]
         return "\n".join(lines + [f"  {p}" for p in self.tally.problems])
 
