@@ -19,7 +19,9 @@ Torch-free: a test's writer process imports only this, numpy and xxhash.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
+import logging
 import os
 import sqlite3
 import threading
@@ -31,6 +33,8 @@ from typing import IO, BinaryIO, Optional, Sequence
 import numpy as np
 
 from zllm_core.cache.snapshot_format import BlobHeader, BlobLayout, encode_header, read_header
+
+log = logging.getLogger("zllm.cache")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS snapshots (
@@ -125,28 +129,40 @@ class SnapshotStore:
             return row[0]
 
     def commit(self, scope: bytes, keys: Sequence[bytes], data: np.ndarray) -> int:
-        """Write ``data`` (uint8 [n, bytes_per_block]) as one blob and index it; its generation."""
+        """Write ``data`` (uint8 [n, bytes_per_block]) as one blob and index it; its generation.
+
+        Room is made first (least recently used blobs dropped past the budget). A write that
+        fails takes its file with it: on a full disk, a half-written blob would keep it full.
+        A full disk lowers the budget to what the index holds, so the next blob replaces old
+        ones instead of failing too."""
         generation = self._next_generation()
         header = encode_header(self.layout, scope, generation, keys, data)
+        size = len(header) + data.nbytes
+        self._enforce_budget(room=size)
         final = self.blob_path(generation)
         tmp = final.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            f.write(header)
-            f.write(memoryview(np.ascontiguousarray(data)).cast("B"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(tmp, final)
-        _fsync_dir(self.blobs)
-        size = len(header) + data.nbytes
-        db = self._db()
-        with _transaction(db):
-            cur = db.execute("INSERT INTO snapshots(generation, scope, num_blocks, bytes, last_used) "
-                             "VALUES (?, ?, ?, ?, ?)", (generation, scope, len(keys), size, time.time()))
-            db.executemany("INSERT OR IGNORE INTO blocks(key, snapshot, slot) VALUES (?, ?, ?)",
-                           [(k, cur.lastrowid, i) for i, k in enumerate(keys)])
+        try:
+            with open(tmp, "wb") as f:
+                f.write(header)
+                f.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+                f.flush()
+                os.fsync(f.fileno())
+            os.rename(tmp, final)
+            _fsync_dir(self.blobs)
+            db = self._db()
+            with _transaction(db):
+                cur = db.execute("INSERT INTO snapshots(generation, scope, num_blocks, bytes, last_used) "
+                                 "VALUES (?, ?, ?, ?, ?)", (generation, scope, len(keys), size, time.time()))
+                db.executemany("INSERT OR IGNORE INTO blocks(key, snapshot, slot) VALUES (?, ?, ?)",
+                               [(k, cur.lastrowid, i) for i, k in enumerate(keys)])
+        except (OSError, sqlite3.Error) as exc:
+            for path in (tmp, final):  # no row names either: the transaction rolled back
+                path.unlink(missing_ok=True)
+            if disk_full(exc):
+                self._fit_budget_to_disk()
+            raise
         with self._lock:
             self.keys.update(keys)
-        self._enforce_budget()
         return generation
 
     def put_session(self, record: SessionRecord) -> None:
@@ -163,15 +179,24 @@ class SnapshotStore:
             db.execute("DELETE FROM sessions WHERE id NOT IN (SELECT id FROM sessions ORDER BY id DESC LIMIT ?)",
                        (MAX_SESSIONS,))
 
-    def _enforce_budget(self) -> None:
+    def _enforce_budget(self, room: int = 0) -> None:
+        """Drop least recently used blobs until ``room`` more bytes fit in the budget."""
         db = self._db()
         total = db.execute("SELECT COALESCE(SUM(bytes), 0) FROM snapshots").fetchone()[0]
         for snapshot, generation, size in db.execute(
                 "SELECT id, generation, bytes FROM snapshots ORDER BY last_used").fetchall():
-            if total <= self.budget_bytes:
+            if total + room <= self.budget_bytes:
                 return
             self._drop(snapshot, generation)
             total -= size
+
+    def _fit_budget_to_disk(self) -> None:
+        held = self.num_bytes()
+        if held < self.budget_bytes:
+            log.warning("SSD cache directory %s is full at %d bytes of snapshots: the tier's budget is "
+                        "lowered from %d to that, older snapshots make room for newer ones",
+                        self.dir, held, self.budget_bytes)
+            self.budget_bytes = held
 
     def _drop(self, snapshot: int, generation: int, to: Optional[Path] = None) -> None:
         """Unindex a blob, then remove (or move) its file: a crash between leaves an orphan."""
@@ -290,6 +315,13 @@ def _lock(directory: Path) -> tuple[IO[str], bool]:
     except BlockingIOError:
         fcntl.flock(f, fcntl.LOCK_SH)  # waits while an opener that was alone collects
         return f, False
+
+
+def disk_full(exc: BaseException) -> bool:
+    """ENOSPC or a quota from the filesystem, SQLITE_FULL from the index."""
+    if isinstance(exc, sqlite3.Error):
+        return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -10,6 +10,7 @@ the request continues as a miss.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
@@ -114,13 +115,19 @@ class SSDTier:
             self.stats.failed_restores += 1
             if exc.bad is not None:
                 self.stats.quarantined += 1
-                self.store.quarantine(exc.bad)
                 log.warning("SSD snapshot %d quarantined: %s", exc.bad.generation, exc)
+                try:
+                    self.store.quarantine(exc.bad)
+                except (OSError, sqlite3.Error) as failed:  # a full disk: the next failed restore tries again
+                    log.warning("SSD tier: could not quarantine snapshot %d (%s)", exc.bad.generation, failed)
             return None
         except OutOfBlocks:
             self.stats.failed_restores += 1
             return None
-        self.store.touch(sorted({loc.snapshot for loc in located}))
+        try:
+            self.store.touch(sorted({loc.snapshot for loc in located}))
+        except sqlite3.Error as exc:  # recency is a hint for the budget; the restore stands
+            log.warning("SSD tier: could not mark snapshots used (%s)", exc)
         self.stats.hits += 1
         self.stats.restored_tokens += len(blocks) * self.layout.block_size
         self.stats.bytes_read += len(blocks) * self.layout.bytes_per_block

@@ -28,7 +28,7 @@ BILLING_HEADER = "x-anthropic-billing-header:"
 
 
 class _Tolerant(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class TextBlock(_Tolerant):
@@ -106,7 +106,7 @@ MESSAGES = MessageMemo()  # a resent history is validated and converted once (co
 
 class CountTokensRequest(_Tolerant):
     model: str
-    messages: Annotated[list[AnthropicMessage], MESSAGES.validator()]
+    messages: Annotated[list[AnthropicMessage], MESSAGES.validator()] = Field(min_length=1)
     system: Union[str, list[TextBlock], None] = None
     tools: list[Tool] | None = None
     tool_choice: ToolChoiceParam | None = None

@@ -23,7 +23,7 @@ from zllm_core.protocols.tool_schema import function_tool, response_format
 
 
 class _Tolerant(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class TextPart(_Tolerant):

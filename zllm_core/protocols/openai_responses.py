@@ -26,7 +26,7 @@ NAMESPACE_SEP = "__"
 
 
 class _Tolerant(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class TextPart(_Tolerant):

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import logging
 import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from zllm_core.model.model_names import DEFAULT_MODEL
 
@@ -72,6 +73,9 @@ def add_serve_parser(sub) -> None:
                         "protocol's error event once streaming (default: none)")
     p.add_argument("--response-store", default=default_store_path(),
                    help="SQLite file for stored responses (previous_response_id)")
+    p.add_argument("--response-store-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long storing a response waits while another process holds the "
+                        "file's write lock; past it the response fails as not stored (503)")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--loop-guard", action="store_true",
                    help="break token loops in generations (and end turns that keep looping)")
@@ -139,7 +143,8 @@ def server_config(args: argparse.Namespace):
         model_name=args.served_model_name or Path(str(args.model)).name,
         max_output_tokens=args.max_output_tokens, max_model_len=args.max_model_len,
         api_keys=parse_api_keys(args.api_key), max_body_bytes=args.max_body_bytes,
-        store_path=args.response_store, loop_guard=args.loop_guard,
+        store_path=args.response_store, store_timeout=args.response_store_timeout,
+        loop_guard=args.loop_guard,
         request_timeout=args.request_timeout,
         tenant_quota=TenantQuota(args.max_running_per_key, args.max_queued_per_key))
 
@@ -153,8 +158,10 @@ def run_serve(args: argparse.Namespace) -> int:
     class _Server(uvicorn.Server):
         """On SIGTERM (or Ctrl-C) uvicorn stops listening, then waits for open responses to
         end; stopping the engine first ends every in-flight generation now, each stream with
-        its protocol's error event (503 `shutting_down`), and the engine's close then backs
-        its prefix state up to the SSD tier."""
+        its protocol's error event (503 `shutting_down`). The engine's shutdown then backs its
+        prefix state up to the SSD tier, inside the signal capture: once serving ends, uvicorn
+        re-raises the signal it caught, and with the default handler back that kills the
+        process on the spot."""
 
         def __init__(self, config: uvicorn.Config, engine: Any):
             super().__init__(config)
@@ -163,6 +170,14 @@ def run_serve(args: argparse.Namespace) -> int:
         def handle_exit(self, sig: int, frame: Any) -> None:
             self.engine.stop()
             super().handle_exit(sig, frame)
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                try:
+                    yield
+                finally:
+                    self.engine.shutdown()
 
     from zllm_core.engine.async_engine import AsyncEngine
     from zllm_core.engine.device import describe_device, resolve_device
@@ -185,8 +200,5 @@ def run_serve(args: argparse.Namespace) -> int:
     # log_config=None: uvicorn logs through the handler configured above; access lines are ours.
     server = _Server(uvicorn.Config(app, log_level=args.log_level, log_config=None,
                                     access_log=False, ws="websockets-sansio"), engine)
-    try:
-        server.run(sockets=[sock])
-    finally:
-        engine.shutdown()
+    server.run(sockets=[sock])  # shuts the engine down however serving ends
     return 0

@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 from zllm_core.protocols import message_memo
 from zllm_core.server.errors import error_body
 
-OPEN_PATHS = ("/health", "/metrics", "/metrics.json")  # counts only: no tenant's data
+OPEN_PATHS = ("/health", "/metrics", "/metrics.json", "/openapi.json")  # no tenant's data
 
 
 def tenant_for(key: str) -> str:

@@ -5,9 +5,16 @@ conversation up to and including that response's output, plus its cache key. It 
 state: rebuilding the conversation only recreates the prompt; whether the prefix is still cached
 is the engine's business. Records are scoped by tenant, written in one transaction, and treated
 as untrusted on read (a record that does not validate is reported missing, never half-used).
+
+The file is shared with whatever else opens it. A write waits up to `busy_seconds` for another
+process's lock (callers run it off the event loop); past that, or on a damaged file, the
+operation fails with a clear protocol error (503 when a retry may work, 500 when not) and the
+caller reports the response as not stored. A file that is not a database at all is moved aside
+at start (kept, for whoever wants to recover it) and a new store begins.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sqlite3
@@ -15,11 +22,12 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from zllm_core.protocols.canonical import Message, ToolCall
+from zllm_core.protocols.canonical import Message, RequestError, ToolCall
 
 log = logging.getLogger("zllm.server")
+BUSY_SECONDS = 10.0  # by default, another process's write lock is waited for this long
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS responses (
@@ -53,23 +61,47 @@ def _message_from(raw: Any) -> Message:
 
 
 class ResponseStore:
-    def __init__(self, path: str | Path):
-        if str(path) != ":memory:":
+    def __init__(self, path: str | Path, busy_seconds: float = BUSY_SECONDS):
+        self.path, self.busy_seconds = str(path), busy_seconds
+        if self.path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(SCHEMA)
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as exc:
+            if self.path == ":memory:" or _locked(exc):
+                raise
+            self._move_aside(exc)
+            self._db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=self.busy_seconds)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(SCHEMA)
+            db.execute("SELECT 1 FROM responses LIMIT 1").fetchall()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _move_aside(self, exc: sqlite3.DatabaseError) -> None:
+        aside = f"{self.path}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"
+        for suffix in ("", "-wal", "-shm"):
+            if Path(self.path + suffix).exists():
+                Path(self.path + suffix).rename(aside + suffix)
+        log.warning("the response store %s cannot be read (%s): moved to %s, a new store begins",
+                    self.path, exc, aside)
 
     def put(self, tenant: str, record: StoredResponse) -> None:
+        """Blocks up to `busy_seconds` while another process holds the file's write lock."""
         row = (tenant, record.id, time.time(), json.dumps(record.response),
                json.dumps([asdict(m) for m in record.messages]), record.cache_key)
-        with self._lock:
+        with self._lock, self._failures(f"could not save response '{record.id}'; it was not stored"):
             self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)", row)
 
     def get(self, tenant: str, id: str) -> StoredResponse | None:
-        with self._lock:
+        with self._lock, self._failures(f"could not read response '{id}'"):
             row = self._db.execute(
                 "SELECT response, messages, cache_key FROM responses WHERE tenant=? AND id=?",
                 (tenant, id)).fetchone()
@@ -86,10 +118,26 @@ class ResponseStore:
         return StoredResponse(id=id, response=response, messages=messages, cache_key=row[2])
 
     def delete(self, tenant: str, id: str) -> bool:
-        with self._lock:
+        """Blocks up to `busy_seconds` while another process holds the file's write lock."""
+        with self._lock, self._failures(f"could not delete response '{id}'"):
             cur = self._db.execute("DELETE FROM responses WHERE tenant=? AND id=?", (tenant, id))
         return cur.rowcount > 0
+
+    @contextlib.contextmanager
+    def _failures(self, what: str) -> Iterator[None]:
+        """SQLite's failures as the protocol's: a lock may pass (503), damage will not (500)."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            locked = _locked(exc)
+            log.warning("response store %s: %s (%s)", self.path, what, exc)
+            raise RequestError(f"the response store {what}: {exc}", status=503 if locked else 500,
+                               code="response_store_busy" if locked else "response_store_damaged") from None
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _locked(exc: sqlite3.Error) -> bool:
+    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
