@@ -32,7 +32,7 @@ class ResponseTurn:
                  recent: dict[str, StoredResponse] | None = None):
         rt.check_model(req.model)
         self.rt, self.req, self.tenant, self.recent = rt, req, tenant, recent
-        previous = self._previous()
+        previous = self.previous = self._previous()
         id = new_id("resp_")
         # A chain keeps its first response's id as its cache key, across turns and restarts.
         chain_key = previous.cache_key if previous and previous.cache_key else id
@@ -73,8 +73,10 @@ class ResponseTurn:
     async def _remember(self, out: ParsedOutput) -> None:
         # Instructions are per request: a continuation does not inherit them.
         history = self.canonical.messages[1 if self.req.instructions else 0:]
-        record = StoredResponse(self.encoder.id, self.encoder.response(),
-                                history + [out.message()], self.canonical.cache_key)
+        parent = self.previous
+        record = StoredResponse(self.encoder.id, self.encoder.response(), history + [out.message()],
+                                self.canonical.cache_key, parent.id if parent else None,
+                                len(parent.messages) if parent else 0)
         if self.req.store is not False:  # off the loop: it may wait for another process's lock
             await asyncio.to_thread(self.rt.store.put, self.tenant, record)
         if self.recent is not None:
