@@ -2,7 +2,8 @@
 
     python bench/engine.py [--model zllm-demo|smollm2|PATH] [--prompt-len 256] [--new-tokens 32]
                            [--batches 1 16] [--threads N] [--clock wall|cpu]
-                           [--mixed [--budgets 2048 512 128 64 32] [--big-prompt-len 16384] [--backends auto torch]]
+                           [--mixed [--budgets 2048 512 128 64 32] [--big-prompt-len 16384] [--backends auto torch]
+                                    [--prefill-caps 16 32]]
 
 Prefill tokens/s: batch x prompt_len / time to the first token.  Decode tokens/s:
 batch x (new_tokens - 1) / (time to the last token - time to the first).  Both engines
@@ -26,6 +27,9 @@ twice, the least disturbed attempt kept).  "cpu p99 x" is the during/idle ratio 
 p99 in process time per step, which neighbours do not move.  ``--backends`` runs each budget's
 row once per attention backend, alternating (``auto`` is the native CPU kernels on a CPU,
 ``torch`` the reference: its prefill gathers the context blocks and runs SDPA).
+``--prefill-caps`` runs each budget's rows with ``max_prefill_tokens_while_decoding`` set to
+each cap instead (the "cap" column; "-" is none): prefill chunks that small only while streams
+decode, the whole budget otherwise.
 """
 from __future__ import annotations
 
@@ -108,18 +112,19 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def mixed_row(model, budget: int, streams: int, big_len: int, idle_steps: int, seed: int,
-              backend: str = "auto") -> dict:
+              backend: str = "auto", cap: int | None = None) -> dict:
     """Stream ITLs idle and during one big prompt's prefill, under one token budget."""
     assert budget > streams, "the budget must leave room for prefill beside the decodes"
     mc = model.config
     warm_steps = 8
-    prefill_steps = -(-big_len // (budget - streams))
+    prefill_steps = -(-big_len // min(budget - streams, cap or budget))
     max_tokens = warm_steps + idle_steps + prefill_steps + 64
     # A KV pool for what the row holds, with room to spare (zeroing 1 GiB per row costs seconds).
     per_token = 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * next(model.parameters()).element_size()
     kv_bytes = 2 * (big_len + streams * (16 + max_tokens) + 1024) * per_token
     need = big_len + 64
     config = EngineConfig(max_num_batched_tokens=budget, kv_cache_bytes=kv_bytes, attention_backend=backend,
+                          max_prefill_tokens_while_decoding=cap,
                           max_model_len=max(mc.max_position_embeddings, need),
                           allow_long_context=need > mc.max_position_embeddings)
     engine = LLMEngine(model, None, config, Scope("bench-mixed"))
@@ -171,21 +176,21 @@ def run_mixed(model, args) -> None:
     print(f"mixed load: {args.streams} greedy streams (16-token prompts) decoding, then one "
           f"{args.big_prompt_len:,}-token prompt; {args.idle_steps} idle steps; torch threads "
           f"{torch.get_num_threads()}; ITL wall ms")
-    print(f"{'budget':>6} {'backend':>7} {'steps':>5} {'idle p50':>9} {'idle p99':>9} {'during p50':>11} {'during p99':>11} "
+    print(f"{'budget':>6} {'cap':>4} {'backend':>7} {'steps':>5} {'idle p50':>9} {'idle p99':>9} {'during p50':>11} {'during p99':>11} "
           f"{'p99 x':>6} {'cpu p99 x':>10} {'TTFT s':>7} {'cpu/wall':>9} {'tries':>5}")
-    for budget in args.budgets:
-        for backend in args.backends:
-            tries = []
-            while len(tries) < 3:
-                tries.append(mixed_row(model, budget, args.streams, args.big_prompt_len, args.idle_steps,
-                                       seed=100 + len(tries), backend=backend))
-                if tries[-1]["cpu_share"] >= args.min_cpu_share:
-                    break
-            r = max(tries, key=lambda t: t["cpu_share"])
-            (i50, i99, ic99), (d50, d99, dc99) = r["idle"], r["during"]
-            print(f"{budget:>6} {backend:>7} {r['steps']:>5} {i50 * 1e3:>9.1f} {i99 * 1e3:>9.1f} {d50 * 1e3:>11.1f} {d99 * 1e3:>11.1f} "
-                  f"{d99 / i99:>5.2f}x {dc99 / ic99:>9.2f}x {r['ttft']:>7.2f} {r['cpu_share']:>9.2f} {len(tries):>5}",
-                  flush=True)
+    for budget, cap, backend in [(b, c, k) for b in args.budgets for c in args.prefill_caps or [None]
+                                 for k in args.backends]:
+        tries = []
+        while len(tries) < 3:
+            tries.append(mixed_row(model, budget, args.streams, args.big_prompt_len, args.idle_steps,
+                                   seed=100 + len(tries), backend=backend, cap=cap))
+            if tries[-1]["cpu_share"] >= args.min_cpu_share:
+                break
+        r = max(tries, key=lambda t: t["cpu_share"])
+        (i50, i99, ic99), (d50, d99, dc99) = r["idle"], r["during"]
+        print(f"{budget:>6} {cap or '-':>4} {backend:>7} {r['steps']:>5} {i50 * 1e3:>9.1f} {i99 * 1e3:>9.1f} {d50 * 1e3:>11.1f} {d99 * 1e3:>11.1f} "
+              f"{d99 / i99:>5.2f}x {dc99 / ic99:>9.2f}x {r['ttft']:>7.2f} {r['cpu_share']:>9.2f} {len(tries):>5}",
+              flush=True)
 
 
 def main() -> None:
@@ -205,6 +210,8 @@ def main() -> None:
     ap.add_argument("--idle-steps", type=int, default=64)
     ap.add_argument("--min-cpu-share", type=float, default=0.85)
     ap.add_argument("--backends", nargs="+", default=["auto"], help="mixed load: attention backends, alternating")
+    ap.add_argument("--prefill-caps", type=int, nargs="+", default=[],
+                    help="mixed load: rows with max_prefill_tokens_while_decoding set to each")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

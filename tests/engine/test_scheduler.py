@@ -61,6 +61,27 @@ def test_decodes_come_first_and_prefill_chunks_fill_the_rest_of_one_budget():
     assert steps[4] == [("r0", TaskKind.DECODE, 1), ("r1", TaskKind.APPEND_PREFILL, 2)]  # its last chunk samples
 
 
+def test_prefill_beside_decodes_is_capped_and_takes_the_whole_budget_once_they_end():
+    sched, _ = make_scheduler(64, max_num_batched_tokens=8, max_prefill_tokens_while_decoding=2)
+    short, long = make_seq(0, 3), make_seq(1, 24)
+    sched.add(short)
+    steps = []
+    while long.num_uncomputed > 1 or not steps:
+        if len(steps) == 1:
+            sched.add(long)
+        batch = sched.schedule()
+        steps.append([(c.seq.request_id, c.kind, c.length) for c in batch.chunks])
+        advance(sched, batch)
+        if short.num_tokens == 6 and short in sched.running:
+            sched.finish(short, "length")
+    assert steps[0] == [("r0", TaskKind.NEW_PREFILL, 3)]  # nothing decodes yet: the whole budget
+    assert steps[1] == [("r0", TaskKind.DECODE, 1), ("r1", TaskKind.NEW_PREFILL, 2)]
+    assert steps[2] == [("r0", TaskKind.DECODE, 1), ("r1", TaskKind.APPEND_PREFILL, 2)]
+    # The stream ended (6 tokens): the whole budget again.
+    assert steps[3:] == [[("r1", TaskKind.APPEND_PREFILL, 8)], [("r1", TaskKind.APPEND_PREFILL, 8)],
+                         [("r1", TaskKind.APPEND_PREFILL, 4)]]
+
+
 def test_decodes_beyond_the_budget_wait_oldest_first():
     sched, _ = make_scheduler(64, max_num_batched_tokens=6)
     for i in range(3):

@@ -51,6 +51,7 @@ class EngineConfig:
     ssd_cache_dir: Optional[str] = None  # the prefix cache's SSD tier; None: off
     ssd_cache_bytes: int = 64 << 30
     speculative_tokens: int = 0  # K: prompt-lookup draft tokens verified per step; 0 = off
+    max_prefill_tokens_while_decoding: Optional[int] = None  # see SchedulerConfig
 
 
 def context_length(config: EngineConfig, trained: int) -> int:
@@ -120,7 +121,8 @@ class LLMEngine:
                    if config.ssd_cache_dir else None)
             cache = PrefixCache(pool, config.block_hash, describe=describe, ssd=ssd)
         self.kv = KVCacheManager(pool, cache)
-        self.scheduler = Scheduler(self.kv, SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens))
+        self.scheduler = Scheduler(self.kv, SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
+                                                                config.max_prefill_tokens_while_decoding))
         backend = select_backend(self.device, config.attention_backend)
         self.runner = ModelRunner(model, storage, backend, self.device, config.max_num_seqs,
                                   self.max_model_len, config.max_num_batched_tokens)

@@ -75,6 +75,15 @@ class Batch:
 class SchedulerConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
+    # Prefill tokens a step may carry beside decodes (None: what the budget leaves). A long
+    # prompt then prefills in small chunks while streams decode, each step staying close to a
+    # decode step, and at the full budget once they are done: decoders' inter-token latency
+    # bought with that prompt's time to first token.
+    max_prefill_tokens_while_decoding: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.max_prefill_tokens_while_decoding is not None and self.max_prefill_tokens_while_decoding < 1:
+            raise ValueError("max_prefill_tokens_while_decoding must be at least 1 (or None: no cap)")
 
 
 class Scheduler:
@@ -93,7 +102,10 @@ class Scheduler:
         while True:
             budget = self.config.max_num_batched_tokens
             plain, drafted = self._decodes(budget)
-            chunks = plain + drafted + self._prefills(budget - len(plain) - sum(c.length for c in drafted))
+            room = budget - len(plain) - sum(c.length for c in drafted)
+            if (plain or drafted) and self.config.max_prefill_tokens_while_decoding is not None:
+                room = min(room, self.config.max_prefill_tokens_while_decoding)
+            chunks = plain + drafted + self._prefills(room)
             if chunks or not self.running:
                 break
             # Running prefills hold every block and none can advance: recompute the youngest.

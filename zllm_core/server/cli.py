@@ -89,6 +89,10 @@ def add_serve_parser(sub) -> None:
                    help="tokens per engine step, decodes first, prefill chunks in the rest "
                         "(default: the engine's, 2048; smaller keeps decoding streams smoother "
                         "while a long prompt prefills)")
+    p.add_argument("--max-prefill-tokens-while-decoding", type=int, default=None, metavar="N",
+                   help="prefill tokens a step carries beside decoding streams (default: what the "
+                        "budget leaves); small keeps streams' inter-token latency near idle while a "
+                        "long prompt prefills, at the cost of that prompt's time to first token")
     p.add_argument("--speculative-tokens", type=int, default=0,
                    help="prompt-lookup draft tokens verified per decode step (0: off); requests "
                         "asking for logprobs are never drafted")
@@ -128,7 +132,8 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {"allow_long_context": args.allow_long_context}
     if args.max_model_len:
         options["max_model_len"] = args.max_model_len
-    for name in ("kv_cache_bytes", "max_num_seqs", "max_num_batched_tokens", "speculative_tokens"):
+    for name in ("kv_cache_bytes", "max_num_seqs", "max_num_batched_tokens", "speculative_tokens",
+                 "max_prefill_tokens_while_decoding"):
         if getattr(args, name):
             options[name] = getattr(args, name)
     if args.ssd_cache_dir:
