@@ -214,6 +214,14 @@ uint32_t* BytePairModel::merge_small(const uint8_t* p, size_t n, uint32_t* w) co
   }
   for (size_t k = 0; k + 1 < n; ++k) set_pair(k, byte_priority(p[k], p[k + 1]));
   prio[n - 1] = kNoPair;
+  // The pairs each first merge would make with its neighbours: probed a few steps later, and
+  // their lines (the merge table's, cold in a first pass) load meanwhile, together.
+  for (size_t k = 0; k + 1 < n; ++k) {
+    if (prio[k] == kNoPair) continue;
+    const uint32_t m = merges_.merged(uint32_t(prio[k]));
+    if (k + 2 < n) merges_.prefetch(m, ids[k + 2]);
+    if (k > 0) merges_.prefetch(ids[k - 1], m);
+  }
   for (;;) {
     size_t best = 0;  // the first lowest priority, without a branch per position
     int32_t low = prio[0];
@@ -225,6 +233,9 @@ uint32_t* BytePairModel::merge_small(const uint8_t* p, size_t n, uint32_t* w) co
     if (low == kNoPair) break;
     const size_t gone = next[best], after = next[gone];
     ids[best] = merges_.merged(uint32_t(low));
+    // Both new pairs are known now: their probes' lines load together, not one after the other.
+    if (after < n) merges_.prefetch(ids[best], ids[after]);
+    if (best > 0) merges_.prefetch(ids[prev[best]], ids[best]);
     prio[gone] = kNoPair;
     next[best] = uint8_t(after);
     if (after < n) {
