@@ -39,7 +39,6 @@
 #include <optional>
 #include <vector>
 
-#include "scan_helper.h"
 #include "session_text.h"
 #include "token_run.h"
 #include "tokenizer_core.h"
@@ -408,18 +407,15 @@ py::tuple repair(TokenizerCore& core, const Grammar& g, const SpecialPolicy& pol
 // Hashes of text's blocks of `stride` code points, blocks first, first + 1, ... up to `end`
 // (exclusive; clipped to the last full block): each block on its own, so a session's index
 // entries after an edit are recomputed from the edit on, and a lookup can hash just the blocks
-// it probes. Two threads for a long text.
+// it probes. One thread: a helper that may outlive the call must not write into its result,
+// and a call hashes a whole text only when a session begins (most hash a block or two).
 py::array_t<uint64_t> checkpoint_hashes(const py::str& text, size_t stride, size_t first, size_t end) {
   const StrStorage s(text.ptr());
   end = std::min(end, s.size / stride);
   const size_t count = end > first ? end - first : 0;
   py::array_t<uint64_t> out(count);
   uint64_t* h = out.mutable_data();
-  const auto hash_one = [&](size_t k) {
-    h[k] = hash_code_points(s, (first + k) * stride, stride);
-    return true;
-  };
-  first_failing(count * stride >= SessionText::kParallelFrom ? ScanHelper::get() : nullptr, count, hash_one);
+  for (size_t k = 0; k < count; ++k) h[k] = hash_code_points(s, (first + k) * stride, stride);
   return out;
 }
 

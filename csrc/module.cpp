@@ -9,6 +9,10 @@ void register_session_text(pybind11::module_& m);
 void register_paged_decode(pybind11::module_& m);
 void register_token_bitmask(pybind11::module_& m);
 void register_fence_walk(pybind11::module_& m);
+void register_json_equal(pybind11::module_& m);
+namespace gpu_tokenize {
+void register_gpu_tokenize(pybind11::module_& m);
+}  // namespace gpu_tokenize
 }  // namespace zllm
 
 PYBIND11_MODULE(_native, m) {
@@ -20,6 +24,8 @@ PYBIND11_MODULE(_native, m) {
   zllm::register_paged_decode(m);
   zllm::register_token_bitmask(m);
   zllm::register_fence_walk(m);
+  zllm::register_json_equal(m);
+  zllm::gpu_tokenize::register_gpu_tokenize(m);
 #ifdef ZLLM_WITH_CUDA
   m.attr("with_cuda") = true;
 #else

@@ -5,7 +5,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -67,73 +66,70 @@ void ScanHelper::keep_off(int cpu) {
   if (CPU_COUNT(&set) > 0 && pthread_setaffinity_np(thread_, sizeof set, &set) == 0) kept_off_ = cpu;
 }
 
-// The helper's segment takes a few microseconds, but a nice-19 thread preempted on a busy CPU
-// may not run again for tens of milliseconds: past a short spin, the helper is moved to this
-// caller's CPU, which it then gets by the caller yielding (the next post moves it off again).
-void ScanHelper::wait_for_segment() {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
-  while (busy_.load())
-    if (std::chrono::steady_clock::now() > give_up) break;
-  if (!busy_.load()) return;
-  const int cpu = sched_getcpu();
-  cpu_set_t here;
-  CPU_ZERO(&here);
-  if (cpu >= 0) CPU_SET(cpu, &here);
-  if (cpu >= 0 && pthread_setaffinity_np(thread_, sizeof here, &here) == 0) kept_off_ = -1;
-  while (busy_.load()) std::this_thread::yield();
-}
-
-bool ScanHelper::post(size_t count, const std::function<bool(size_t)>* ok) {
+bool ScanHelper::post(std::shared_ptr<Scan> scan) {
   if (taken_.exchange(true)) return false;
   keep_off(sched_getcpu());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ok_ = ok;
-    count_ = count;
-    next_ = 0;
-    failed_ = count;
-    ++posted_;
-    open_ = true;
+    posted_ = std::move(scan);
   }
   posted_cv_.notify_one();
   return true;
 }
 
-size_t ScanHelper::finish() {
-  claim_segments();
-  if (!open_.exchange(false)) wait_for_segment();  // the helper joined
-  const size_t failed = failed_.load();
-  taken_ = false;
-  return failed;
-}
-
-size_t first_failing(ScanHelper* helper, size_t count, const std::function<bool(size_t)>& ok) {
-  if (helper != nullptr && helper->post(count, &ok)) return helper->finish();
-  for (size_t s = 0; s < count; ++s)
-    if (!ok(s)) return s;
-  return count;
-}
-
-void ScanHelper::claim_segments() {
-  for (;;) {
-    const size_t s = next_.fetch_add(1);
-    if (s >= count_ || s > failed_.load()) return;  // claims only grow: later ones fail later
-    if (!(*ok_)(s)) lower_to(failed_, s);
+void ScanHelper::release() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    posted_.reset();  // not joined yet: it never will be, and what it pins is let go now
   }
+  taken_ = false;
 }
 
 void ScanHelper::serve() {
-  uint64_t seen = 0;
   for (;;) {
+    std::shared_ptr<Scan> scan;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      posted_cv_.wait(lock, [&] { return posted_ != seen; });
-      seen = posted_;
+      posted_cv_.wait(lock, [&] { return posted_ != nullptr; });
+      scan = std::move(posted_);
     }
-    busy_ = true;  // before joining, so a caller that sees the scan taken also sees busy_
-    if (open_.exchange(false)) claim_segments();
-    busy_ = false;
+    scan->claim();
+    // Letting go here may destroy the scan and what its predicate holds, on this thread.
   }
+}
+
+Scan::Scan(size_t count, std::function<bool(size_t)> ok)
+    : count_(count), ok_(std::move(ok)), failed_(count), done_(new std::atomic<bool>[count]()) {}
+
+void Scan::check(size_t s) {
+  if (!ok_(s)) lower_to(failed_, s);
+  done_[s].store(true, std::memory_order_release);  // after failed_: a reader of done_ sees it
+}
+
+void Scan::claim() {
+  for (;;) {
+    const size_t s = next_.fetch_add(1);
+    // Claims only grow: later ones lie past a failure, or past a caller that has its answer.
+    if (s >= count_ || s > failed_.load() || closed_.load()) return;
+    check(s);
+  }
+}
+
+size_t Scan::finish() {
+  claim();
+  // What is not done yet the helper is inside (or was preempted in): this thread redoes it.
+  for (size_t s = 0; s < count_ && s < failed_.load(); ++s)
+    if (!done_[s].load(std::memory_order_acquire)) check(s);
+  closed_ = true;
+  return failed_.load();
+}
+
+size_t first_failing(ScanHelper* helper, size_t count, std::function<bool(size_t)> ok) {
+  auto scan = std::make_shared<Scan>(count, std::move(ok));
+  if (helper == nullptr || !helper->post(scan)) return scan->finish();
+  const size_t failed = scan->finish();
+  helper->release();
+  return failed;
 }
 
 }  // namespace zllm

@@ -3,9 +3,12 @@
 // Proving that a resent 1M-character prompt shares its prefix with a session's text reads
 // ~5 MB, and one core reads that at about its L3 bandwidth (~200 us here); a second core
 // doubles the bandwidth. A thread started per call would cost more than it saves, and a
-// sleeping helper may not get a CPU at all on a busy host, so the caller never waits for it to
-// arrive: both threads claim segments in increasing order from a shared counter, the caller
-// alone can finish the scan, and it only ever waits for the one segment the helper is inside.
+// sleeping helper may not get a CPU at all on a busy host, so the caller never waits for it:
+// both threads claim segments in increasing order from a shared counter, and when the caller
+// runs out of segments to claim it redoes, itself, any segment the helper has claimed and not
+// finished (a few microseconds). The helper may then still be inside a segment after the
+// caller has its answer and has gone on, so a scan is shared: it lives until the helper lets
+// go of it, and its predicate owns (by what it captures) everything it reads.
 // A caller may post a scan and do other work before finishing it: the helper's wake-up (tens
 // of microseconds) and its first segments then overlap that work.
 // The helper runs at the lowest priority, so it only takes a CPU that would otherwise idle.
@@ -19,9 +22,34 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 
 namespace zllm {
+
+// Segments [0, count) searched for the smallest s with ok(s) false. `ok` must be safe to call
+// from two threads for any segments, and must own what it reads: a scan outlives its caller's
+// answer while the helper is inside one of its segments.
+class Scan {
+ public:
+  Scan(size_t count, std::function<bool(size_t)> ok);
+
+  // Claims and checks segments until none is left or the rest lie past a failure.
+  void claim();
+  // The caller's end of the scan: claims what is left, redoes what the helper holds unfinished,
+  // and returns the smallest failing segment (or count). Never waits for the helper.
+  size_t finish();
+
+ private:
+  void check(size_t s);
+
+  const size_t count_;
+  const std::function<bool(size_t)> ok_;
+  std::atomic<size_t> next_{0};
+  std::atomic<size_t> failed_;
+  std::atomic<bool> closed_{false};
+  std::unique_ptr<std::atomic<bool>[]> done_;
+};
 
 class ScanHelper {
  public:
@@ -29,43 +57,28 @@ class ScanHelper {
   // ZLLM_SCAN_THREADS=1).
   static ScanHelper* get();
 
-  // A scan of segments [0, count) for the smallest s with ok(s) false (finish() returns it, or
-  // count). ok must be safe to call from another thread for distinct segments; segments after
-  // a failure may be skipped. post() returns false, posting nothing, when another caller's
-  // scan holds the helper; a posted scan must be finished, and `ok` must live until it is.
-  bool post(size_t count, const std::function<bool(size_t)>* ok);
-  size_t finish();
+  // Offers `scan` to the helper; false, posting nothing, while another caller's scan holds it.
+  // A posted scan must be finished, then the helper released.
+  bool post(std::shared_ptr<Scan> scan);
+  void release();
 
  private:
   ScanHelper();
   void serve();  // the helper thread's loop
-  void claim_segments();
   void keep_off(int cpu);
-  void wait_for_segment();
-  static constexpr int kSpinMicros = 30;
 
   cpu_set_t allowed_;
   pthread_t thread_;
   int kept_off_ = -1;  // the CPU the helper may not use (under taken_)
 
-  std::atomic<bool> taken_{false};  // a scan is posted and not finished
+  std::atomic<bool> taken_{false};  // a scan is posted and its caller has not released it
   std::mutex mu_;
   std::condition_variable posted_cv_;
-  uint64_t posted_ = 0;  // scans posted so far (under mu_)
-
-  // The scan in progress. `open_` is true from posting until the helper joins or the caller
-  // closes it in finish(), whichever comes first, so the helper joins only a scan whose caller
-  // has not finished it.
-  std::atomic<bool> open_{false};
-  std::atomic<bool> busy_{false};  // the helper is inside a scan it joined
-  const std::function<bool(size_t)>* ok_ = nullptr;
-  size_t count_ = 0;
-  std::atomic<size_t> next_{0};
-  std::atomic<size_t> failed_{0};
+  std::shared_ptr<Scan> posted_;  // the scan for the helper to join (under mu_)
 };
 
 // The smallest s in [0, count) with ok(s) false, or count: on two threads when `helper` is
 // there and free, else on this one.
-size_t first_failing(ScanHelper* helper, size_t count, const std::function<bool(size_t)>& ok);
+size_t first_failing(ScanHelper* helper, size_t count, std::function<bool(size_t)> ok);
 
 }  // namespace zllm

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 namespace py = pybind11;
 
@@ -168,61 +169,99 @@ uint32_t narrowest_width(const StrStorage& s, size_t at, size_t n) {
 
 }  // namespace
 
-uint32_t SessionText::code_point(const Chunk& c, size_t i) const {
-  const uint8_t* p = data_.data() + c.offset;
+namespace {
+
+std::mutex dropped_mu;
+std::vector<PyObject*> dropped;  // references let go of without the GIL, to decrement with it
+
+}  // namespace
+
+PyRef::~PyRef() {
+  if (PyGILState_Check()) {
+    Py_DECREF(o_);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(dropped_mu);
+  dropped.push_back(o_);
+}
+
+void release_dropped_refs() {
+  std::vector<PyObject*> now;
+  {
+    std::lock_guard<std::mutex> lock(dropped_mu);
+    now.swap(dropped);
+  }
+  for (PyObject* o : now) Py_DECREF(o);
+}
+
+uint32_t SessionText::Text::code_point(const Chunk& c, size_t i) const {
+  const uint8_t* p = data.data() + c.offset;
   if (c.width == 1) return p[i];
   if (c.width == 2) return reinterpret_cast<const uint16_t*>(p)[i];
   return reinterpret_cast<const uint32_t*>(p)[i];
 }
 
-bool SessionText::same_segment(const StrStorage& s, size_t k, size_t n) const {
+bool SessionText::Text::same_segment(const StrStorage& s, size_t k, size_t n) const {
   const size_t at = k * kSegment, end = std::min(n, at + kSegment);
   return common_prefix(s, at, end) == end;
 }
 
-size_t SessionText::common_prefix(const StrStorage& s) const {
-  const size_t n = std::min(size_, s.size);
-  const size_t failed = first_failing(n >= kParallelFrom ? ScanHelper::get() : nullptr, (n + kSegment - 1) / kSegment,
-                                      [&](size_t k) { return same_segment(s, k, n); });
-  return failed * kSegment >= n ? n : common_prefix(s, failed * kSegment, n);
+std::function<bool(size_t)> SessionText::segments(PyObject* str, size_t n) const {
+  return [text = std::shared_ptr<const Text>(text_), s = StrStorage(str), pin = std::make_shared<PyRef>(str),
+          n](size_t k) { return text->same_segment(s, k, n); };
 }
 
-Divergence::Divergence(const SessionText& text, PyObject* str) : text_(text), s_(str), pid_(getpid()) {
-  const size_t n = std::min(text.size_, s_.size), segment = SessionText::kSegment;
+size_t SessionText::common_prefix(PyObject* str) const {
+  release_dropped_refs();
+  const StrStorage s(str);
+  const size_t n = std::min(text_->size, s.size);
+  ScanHelper* helper = n >= kParallelFrom ? ScanHelper::get() : nullptr;
+  const size_t failed = first_failing(helper, (n + kSegment - 1) / kSegment, segments(str, n));
+  return failed * kSegment >= n ? n : text_->common_prefix(s, failed * kSegment, n);
+}
+
+Divergence::Divergence(const SessionText& text, PyObject* str) : text_(text.text_), s_(str), pid_(getpid()) {
+  release_dropped_refs();
+  const size_t n = std::min(text_->size, s_.size), segment = SessionText::kSegment;
   helper_ = n >= kHelpedFrom ? ScanHelper::get() : nullptr;
   head_ = n > kTail ? (n - kTail) / segment * segment : 0;
-  segment_ok_ = [this](size_t k) { return text_.same_segment(s_, k, head_); };
-  pending_ = helper_ != nullptr && text.comparing_ == nullptr && helper_->post(head_ / segment, &segment_ok_);
+  if (helper_ != nullptr) {
+    scan_ = std::make_shared<Scan>(head_ / segment, text.segments(str, head_));
+    pending_ = helper_->post(scan_);
+  }
   if (!pending_) {
-    at_ = text.common_prefix(s_);
+    scan_.reset();
+    at_ = text.common_prefix(str);
+    text_.reset();
     return;
   }
-  text.comparing_ = this;
-  at_ = text.common_prefix(s_, head_, n);
+  at_ = text_->common_prefix(s_, head_, n);
 }
 
 size_t Divergence::verified() {
   if (!pending_) return at_;
   // A child forked meanwhile has no helper thread: it proves the head alone.
-  const size_t from = getpid() == pid_ ? helper_->finish() * SessionText::kSegment : 0;
-  const size_t proven = text_.common_prefix(s_, std::min(from, head_), head_);
+  const size_t from = getpid() == pid_ ? scan_->finish() * SessionText::kSegment : 0;
+  if (getpid() == pid_) helper_->release();
+  scan_.reset();  // the helper may hold it a little longer, and the text with it
+  const size_t proven = text_->common_prefix(s_, std::min(from, head_), head_);
   if (proven < head_) at_ = proven;
-  text_.comparing_ = nullptr;
+  text_.reset();
   pending_ = false;  // last: `pending` false means `at` is proven
   return at_;
 }
 
 // Common prefix within [from, to), from at a chunk start: the position of the first differing
-// code point, or `to`. Chunks of one width lie back to back in data_, so a run of them is
+// code point, or `to`. Chunks of one width lie back to back in data, so a run of them is
 // compared in one call: a call per 256-character chunk cost more than reading it from cache
 // (250K characters in cache: 27.8 us that way, 22.2 us by runs; from memory both read alike).
-size_t SessionText::common_prefix(const StrStorage& s, size_t from, size_t to) const {
+size_t SessionText::Text::common_prefix(const StrStorage& s, size_t from, size_t to) const {
   for (size_t k = from / kChunk, at = from; at < to;) {
-    const Chunk& c = chunks_[k];
+    const Chunk& c = chunks[k];
     size_t end = k + 1;
-    while (end * kChunk < to && chunks_[end].width == c.width) ++end;
+    while (end * kChunk < to && chunks[end].width == c.width) ++end;
     const size_t len = std::min(end * kChunk, to) - at;
-    if (!same_chunks(data_.data() + c.offset, c.width, s, at, len)) {
+    if (!same_chunks(data.data() + c.offset, c.width, s, at, len)) {
       size_t i = 0;
       while (code_point(c, i) == s.at(at + i)) ++i;  // within the run: c's storage continues
       return at + i;
@@ -234,14 +273,14 @@ size_t SessionText::common_prefix(const StrStorage& s, size_t from, size_t to) c
 }
 
 void SessionText::replace_from(PyObject* str, size_t shared) {
-  if (comparing_ != nullptr) comparing_->verified();
   const StrStorage s(str);
-  const size_t first = std::min({shared, size_, s.size}) / kChunk;  // chunks before it are kept
+  const Text& old = *text_;
+  const size_t first = std::min({shared, old.size, s.size}) / kChunk;  // chunks before it are kept
   // Widths first, checked against the 4 GB limit before anything changes; then one resize:
   // exact for a text built afresh, geometric for appends.
   const size_t count = (s.size + kChunk - 1) / kChunk;
   std::vector<uint32_t> widths(count > first ? count - first : 0);
-  const size_t kept = first < chunks_.size() ? chunks_[first].offset : data_.size();  // bytes
+  const size_t kept = first < old.chunks.size() ? old.chunks[first].offset : old.data.size();  // bytes
   size_t end = kept;
   for (size_t k = first; k < count; ++k) {
     const size_t at = k * kChunk;
@@ -249,25 +288,33 @@ void SessionText::replace_from(PyObject* str, size_t shared) {
     end += std::min(kChunk, s.size - at) * widths[k - first];
   }
   if (end > UINT32_MAX) throw std::length_error("session text over 4 GB");
+  if (text_.use_count() > 1) {  // a copy or a scan still reads it: this text gets its own
+    auto own = std::make_shared<Text>();
+    own->chunks.assign(old.chunks.begin(), old.chunks.begin() + std::min(first, old.chunks.size()));
+    own->data.assign(old.data.begin(), old.data.begin() + kept);
+    text_ = std::move(own);
+  }
+  Text& t = *text_;
   size_t offset = kept;
-  chunks_.resize(count);
-  data_.resize(end);
+  t.chunks.resize(count);
+  t.data.resize(end);
   for (size_t k = first; k < count; ++k) {
     const size_t at = k * kChunk, n = std::min(kChunk, s.size - at);
-    chunks_[k] = Chunk{uint32_t(offset), widths[k - first]};
-    store(s, at, n, chunks_[k].width, data_.data() + offset);
-    offset += n * chunks_[k].width;
+    t.chunks[k] = Chunk{uint32_t(offset), widths[k - first]};
+    store(s, at, n, t.chunks[k].width, t.data.data() + offset);
+    offset += n * t.chunks[k].width;
   }
-  size_ = s.size;
+  t.size = s.size;
 }
 
 std::string SessionText::utf8(size_t from, size_t to) const {
   std::string out;
-  to = std::min(to, size_);
+  const Text& t = *text_;
+  to = std::min(to, t.size);
   for (size_t at = from; at < to;) {
-    const size_t k = at / kChunk, i = at - k * kChunk, n = std::min(chunk_size(k), i + (to - at)) - i;
-    const Chunk& c = chunks_[k];
-    const uint8_t* p = data_.data() + c.offset;
+    const size_t k = at / kChunk, i = at - k * kChunk, n = std::min(t.chunk_size(k), i + (to - at)) - i;
+    const Chunk& c = t.chunks[k];
+    const uint8_t* p = t.data.data() + c.offset;
     if (c.width == 1) append_utf8(p + i, n, out);
     else if (c.width == 2) append_utf8(reinterpret_cast<const uint16_t*>(p) + i, n, out);
     else append_utf8(reinterpret_cast<const uint32_t*>(p) + i, n, out);
@@ -277,15 +324,29 @@ std::string SessionText::utf8(size_t from, size_t to) const {
 }
 
 void register_session_text(py::module_& m) {
+  // The scan primitive itself, over a Python predicate (which the helper calls holding the GIL):
+  // what its tests use to hold the helper inside a segment.
+  m.def("first_failing", [](size_t count, const py::object& ok) {
+    PyObject* f = ok.ptr();
+    return first_failing(ScanHelper::get(), count, [f, pin = std::make_shared<PyRef>(f)](size_t s) {
+      py::gil_scoped_acquire gil;
+      PyObject* r = PyObject_CallFunction(f, "n", Py_ssize_t(s));
+      const int truth = r != nullptr ? PyObject_IsTrue(r) : -1;
+      Py_XDECREF(r);
+      if (truth < 0) PyErr_Clear();  // a predicate that raises fails its segment
+      return truth == 1;
+    });
+  }, py::arg("count"), py::arg("ok"),
+        "The smallest s in [0, count) with ok(s) false (or count): on this thread and the scan helper's.");
   py::class_<Divergence>(m, "Divergence", "Where a prompt diverges from a session's text (csrc/session_text.h).")
       .def_property_readonly("at", &Divergence::at, "The provisional divergence, or the proven one once verified.")
       .def_property_readonly("pending", &Divergence::pending)
-      .def("verified", &Divergence::verified, "The proven divergence (waits for the helper thread's proof).");
+      .def("verified", &Divergence::verified, "The proven divergence (finishing the head's proof, never waiting for the helper).");
   py::class_<SessionText>(m, "SessionText", "A session's text in chunks of the narrowest width (csrc/session_text.h).")
       .def(py::init([](const py::str& s) { return SessionText(s.ptr()); }), py::arg("text"))
       .def("__len__", &SessionText::size)
       .def_property_readonly("nbytes", &SessionText::nbytes)
-      .def("common_prefix", [](const SessionText& t, const py::str& s) { return t.common_prefix(StrStorage(s.ptr())); },
+      .def("common_prefix", [](const SessionText& t, const py::str& s) { return t.common_prefix(s.ptr()); },
            py::arg("text"), "Length of the common prefix with text, in code points.")
       .def("replace_from", [](SessionText& t, const py::str& s, size_t shared) { t.replace_from(s.ptr(), shared); },
            py::arg("text"), py::arg("shared"), "Becomes text, which shares the first `shared` code points.")

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,50 +37,69 @@ void append_utf8(const StrStorage& s, size_t from, size_t to, std::string& out);
 // Hash of the code points s[at, at + n), the same at every storage width (not cryptographic).
 uint64_t hash_code_points(const StrStorage& s, size_t at, size_t n);
 
-class Divergence;
+class Scan;
 class ScanHelper;
+
+// A strong reference that may be let go on a thread without the GIL (the scan helper's): the
+// decrement then waits for the next call that holds the GIL (release_dropped_refs).
+class PyRef {
+ public:
+  explicit PyRef(PyObject* o) : o_(o) { Py_INCREF(o); }  // with the GIL
+  ~PyRef();
+  PyRef(const PyRef&) = delete;
+  PyRef& operator=(const PyRef&) = delete;
+
+ private:
+  PyObject* o_;
+};
+
+void release_dropped_refs();  // with the GIL
 
 class SessionText {
  public:
   static constexpr size_t kChunk = 256;
   // Prompts this long are compared on two threads (scan_helper.h), in segments of kSegment
-  // code points (16K, ~3 us each: short enough that the caller never waits long for the
-  // helper's last one).
+  // code points (16K, ~3 us each: what the caller redoes of a segment the helper holds).
   static constexpr size_t kParallelFrom = 256 * 1024;
   static constexpr size_t kSegment = 64 * kChunk;
 
-  explicit SessionText(PyObject* s) { replace_from(s, 0); }
-  SessionText(const SessionText& o) : data_(o.data_), chunks_(o.chunks_), size_(o.size_) {}
-  // A moved-from text is never one a Divergence reads (only fresh texts are moved).
-  SessionText(SessionText&& o) noexcept
-      : data_(std::move(o.data_)), chunks_(std::move(o.chunks_)), size_(o.size_) {}
+  explicit SessionText(PyObject* s) : text_(std::make_shared<Text>()) { replace_from(s, 0); }
+  // Copies (a session's fork) share the code points until one of them changes.
+  SessionText(const SessionText&) = default;
+  SessionText(SessionText&&) noexcept = default;
 
-  size_t size() const { return size_; }
-  size_t nbytes() const { return data_.capacity() + chunks_.capacity() * sizeof(Chunk); }
-  // Length (code points) of the common prefix of this text and s.
-  size_t common_prefix(const StrStorage& s) const;
+  size_t size() const { return text_->size; }
+  size_t nbytes() const { return text_->data.capacity() + text_->chunks.capacity() * sizeof(Chunk); }
+  // Length (code points) of the common prefix of this text and the str s.
+  size_t common_prefix(PyObject* s) const;
   // This text becomes s, which shares its first `shared` code points: O(len(s) - shared).
-  // Finishes a Divergence still comparing against the old text first.
   void replace_from(PyObject* s, size_t shared);
   // UTF-8 of the code points [from, to) (clipped to the text).
   std::string utf8(size_t from, size_t to) const;
 
  private:
   struct Chunk {
-    uint32_t offset;  // into data_
+    uint32_t offset;  // into data
     uint32_t width;   // bytes a code point
   };
-  size_t chunk_size(size_t k) const { return std::min(kChunk, size_ - k * kChunk); }
-  uint32_t code_point(const Chunk& c, size_t i) const;
-  size_t common_prefix(const StrStorage& s, size_t from, size_t to) const;
-  // Whether segment k of this text equals s's, both clipped to their first n code points.
-  bool same_segment(const StrStorage& s, size_t k, size_t n) const;
+  // The code points, in chunks at the narrowest width, shared with copies and with scans the
+  // helper thread may still be reading: a change to a shared Text first makes its own.
+  struct Text {
+    std::vector<uint8_t> data;
+    std::vector<Chunk> chunks;
+    size_t size = 0;
+
+    size_t chunk_size(size_t k) const { return std::min(kChunk, size - k * kChunk); }
+    uint32_t code_point(const Chunk& c, size_t i) const;
+    size_t common_prefix(const StrStorage& s, size_t from, size_t to) const;
+    // Whether segment k of this text equals s's, both clipped to their first n code points.
+    bool same_segment(const StrStorage& s, size_t k, size_t n) const;
+  };
+  // The predicate of a scan of s's segments below n against this text, owning both.
+  std::function<bool(size_t)> segments(PyObject* s, size_t n) const;
   friend class Divergence;
 
-  std::vector<uint8_t> data_;
-  std::vector<Chunk> chunks_;
-  size_t size_ = 0;
-  mutable Divergence* comparing_ = nullptr;  // a Divergence whose helper may be reading this text
+  std::shared_ptr<Text> text_;
 };
 
 // Where a prompt diverges from a session's text, known early. A resent prompt nearly always
@@ -101,18 +121,20 @@ class Divergence {
   // The provisional divergence, or after verified() the proven one.
   size_t at() const { return at_; }
   bool pending() const { return pending_; }
-  // The proven divergence: waits for the head's proof (helping with it) when pending. Holds
-  // the helper until then, so other long scans run on their callers alone meanwhile.
+  // The proven divergence: finishes the head's proof when pending (never waiting for the
+  // helper). Holds the helper until then, so other long scans run on their callers alone.
   size_t verified();
 
  private:
-  const SessionText& text_;
-  const StrStorage s_;
+  // The text as it was compared, whatever it becomes, until the divergence is proven (then let
+  // go, so the session's next change need not copy it).
+  std::shared_ptr<const SessionText::Text> text_;
+  const StrStorage s_;  // the str is kept alive by the binding (and by the scan's own reference)
   const pid_t pid_;
   ScanHelper* helper_ = nullptr;
+  std::shared_ptr<Scan> scan_;  // the head's proof, while pending
   size_t at_ = 0, head_ = 0;  // head_: the code points the helper proves
   bool pending_ = false;
-  std::function<bool(size_t)> segment_ok_;
 };
 
 }  // namespace zllm

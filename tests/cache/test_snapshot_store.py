@@ -98,11 +98,50 @@ def test_session_records_keep_tokens_keys_and_rounds(tmp_path):
     assert store.latest_session(b"t" * 32, "conv") is None  # another scope never sees it
 
 
-def test_one_process_at_a_time_holds_a_directory(tmp_path):
-    store = SnapshotStore(tmp_path, LAYOUT, BUDGET)
-    with pytest.raises(RuntimeError, match="in use by another process"):
-        SnapshotStore(tmp_path, LAYOUT, BUDGET)
-    reopen(store).close()
+def test_engines_on_one_host_share_a_directory(tmp_path):
+    """Cluster replicas share one directory: a second opener takes none of the first's blobs in
+    flight, generations never collide, and each finds what the other wrote."""
+    first = SnapshotStore(tmp_path, LAYOUT, BUDGET)
+    in_flight = first.blob_path(99).with_suffix(".tmp")
+    in_flight.write_bytes(b"half a blob")
+    second = SnapshotStore(tmp_path, LAYOUT, BUDGET)
+    assert second.orphans_collected == 0 and in_flight.exists()
+    ours, theirs = commit(first, 4, 1), commit(second, 4, 2)
+    assert len(first.locate(theirs)) == 4 and len(second.locate(ours)) == 4
+    assert len({loc.generation for loc in first.locate(ours) + first.locate(theirs)}) == 2
+    second.close()
+    first.close()
+    alone = SnapshotStore(tmp_path, LAYOUT, BUDGET)  # the last one gone: a crash's leftovers go
+    assert alone.orphans_collected == 1 and not in_flight.exists()
+    alone.close()
+
+
+def test_two_writer_processes_never_number_a_blob_alike(tmp_path):
+    """Two processes commit blobs into one directory at once, dropping each other's under the
+    budget; then every indexed block restores exactly."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([sys.executable, str(REPO / "tests/cache/crash_writer.py"), str(tmp_path)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    for proc in procs:
+        assert proc.stdout.readline().strip() == "ready"
+    time.sleep(1.5)
+    assert [proc.poll() for proc in procs] == [None, None], procs[0].stderr.read() + procs[1].stderr.read()
+    for proc in procs:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    layout = KVLayout(LAYOUT.num_layers, LAYOUT.num_kv_heads, LAYOUT.head_dim, torch.float32, LAYOUT.block_size)
+    storage = KVStorage(layout, BUDGET // LAYOUT.bytes_per_block)
+    pool = BlockPool(storage.num_blocks, LAYOUT.block_size)
+    tier = SSDTier(storage, SSDConfig(str(tmp_path), BUDGET))
+    keys = list(tier.store.keys)
+    blocks = tier.restore(tier.locate(keys), SCOPE, pool.allocate, pool.free)
+    assert keys and blocks is not None and tier.stats.failed_restores == 0
+    data = storage.gather(blocks).view(torch.uint8).reshape(len(blocks), -1).numpy()
+    assert all(np.array_equal(row, block_bytes(k)) for k, row in zip(keys, data))
+    tier.close()
 
 
 def test_an_index_row_naming_another_blocks_slot_is_refused(tmp_path):

@@ -21,9 +21,10 @@ SCOPE = Scope("model-a").digest()
 OTHER = Scope("model-a", tenant="other").digest()
 
 
-def make_cache(path, num_blocks=16, budget=1 << 30):
+def make_cache(path, num_blocks=16, budget=1 << 30, write_through=False):
     pool = BlockPool(num_blocks, BS)
-    return PrefixCache(pool, ssd=SSDTier(KVStorage(LAYOUT, num_blocks), SSDConfig(str(path), budget)))
+    config = SSDConfig(str(path), budget, write_through=write_through)
+    return PrefixCache(pool, ssd=SSDTier(KVStorage(LAYOUT, num_blocks), config))
 
 
 def fill(storage, table, tokens):
@@ -108,6 +109,22 @@ def test_blocks_already_on_disk_are_not_written_twice(tmp_path):
     run_request(cache, "b", prompt)
     push_to_disk(cache)
     assert cache.ssd.writer.stats.bytes_written == written
+
+
+def test_write_through_lets_another_engine_restore_a_conversation_still_resident(tmp_path):
+    """Two engines share a directory (cluster replicas): the one a conversation moves to
+    restores it while the first still holds it (nothing evicted, nothing closed)."""
+    first, second = make_cache(tmp_path, write_through=True), make_cache(tmp_path, write_through=True)
+    prompt = tokens(30, 7)
+    run_request(first, "a", prompt, cache_id="conv")
+    first.ssd.writer.flush()
+    assert first.evict(0) == 0 and len(first.index) == 7  # still resident there
+    hit = run_request(second, "b", prompt + [5, 5, 5], cache_id="conv")
+    assert hit.kind == "ssd_exact_id" and hit.num_tokens == 28
+    without = make_cache(tmp_path / "plain")
+    run_request(without, "a", prompt, cache_id="conv")
+    without.ssd.writer.flush()
+    assert without.ssd.writer.stats.blobs == 0  # the default backs up at eviction only
 
 
 # -- untrusted blobs ------------------------------------------------------------------

@@ -12,7 +12,7 @@ import anthropic
 import openai
 
 from tests.server.conftest import API_KEY, MODEL, start_server
-from tests.server.test_live_ssd import conversation
+from tests.server.test_live_ssd import ask, conversation, ssd_metrics
 
 LONG = 8192  # output tokens: far more than the streams get to run
 
@@ -84,4 +84,15 @@ def test_sigterm_ends_every_stream_with_its_error_event(tmp_path):
     assert isinstance(messages.error, anthropic.APIError) and "shutting down" in str(messages.error)
     # The Responses SDK ends on `response.failed` without raising: the stream was cut short.
     assert responses.error is None and 0 < responses.events
+
+    # The aborted streams' prompts were backed up before the process died: a server restarted
+    # on the same directory has nothing on its device, yet serves them from disk.
+    restarted = start_server(store, "--ssd-cache-dir", ssd)
+    try:
+        for i in range(len(readers)):
+            _, cached = ask(restarted, conversation(i))
+            assert cached >= 1024, (i, cached)
+        assert ssd_metrics(restarted)["hits"] == len(readers)
+    finally:
+        restarted.stop()
 

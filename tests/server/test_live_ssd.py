@@ -35,6 +35,11 @@ def ask(server, messages, max_tokens=4):
     return reply.choices[0].message.content or "", reply.usage.prompt_tokens_details.cached_tokens
 
 
+def prompt_tokens(server, messages):
+    return client(server).chat.completions.create(model=MODEL, messages=messages, max_tokens=1,
+                                                  temperature=0.0).usage.prompt_tokens
+
+
 def first_token(server, messages):
     """The first output token's top-5 logprobs, and how many prompt tokens came from a cache."""
     reply = client(server).chat.completions.create(model=MODEL, messages=messages, max_tokens=1, temperature=0.0,
@@ -70,6 +75,7 @@ def test_a_pushed_out_conversation_hits_the_ssd_tier_and_survives_a_restart(ssd_
     turn2 = first + [{"role": "assistant", "content": reply}, {"role": "user", "content": "Go on."}]
     reply2, cached = ask(server, turn2)
     assert cached >= 1024 and ssd_metrics(server)["hits"] >= 1
+    turn2_tokens = prompt_tokens(server, turn2)
     prom = httpx.get(server.url + "/metrics", timeout=10).text
     assert "zllm_ssd_cache_hits_total" in prom and "zllm_ssd_cache_written_bytes_total" in prom
     server.stop()  # SIGTERM: resident blocks are backed up before exit
@@ -77,7 +83,9 @@ def test_a_pushed_out_conversation_hits_the_ssd_tier_and_survives_a_restart(ssd_
     restarted = ssd_server()
     turn3 = turn2 + [{"role": "assistant", "content": reply2}, {"role": "user", "content": "And then?"}]
     _, cached = ask(restarted, turn3)
-    assert cached >= 1024 and ssd_metrics(restarted)["hits"] == 1
+    # All of turn 2 (its last blocks were only resident when the server stopped), not just the
+    # first conversation that eviction had written: at most its partial last block is missing.
+    assert cached > turn2_tokens - 16 and ssd_metrics(restarted)["hits"] == 1
 
 
 def test_kill_9_during_heavy_snapshot_writing_costs_at_most_a_miss(tmp_path):

@@ -74,6 +74,7 @@ class _Live:
     request: CacheRequest
     keys: list[bytes]  # chain keys of the full blocks computed so far
     registered: int
+    blocks: np.ndarray  # the block indexed under each of the first `registered` keys (-1: none)
     parent: Optional[TerminalSession]
 
 
@@ -115,14 +116,14 @@ class PrefixCache:
         fits = room is None or -(-len(tokens) // self.block_size) - len(blocks) <= room
         if self.ssd is not None and len(blocks) < usable and fits:
             keys, blocks, kind = self._restore(tokens, request, usable, keys, blocks, kind)
-        self._live[request_id] = _Live(request, keys[:len(blocks)], len(blocks), parent)
+        self._live[request_id] = _Live(request, keys[:len(blocks)], len(blocks), blocks, parent)
         n = len(blocks) * self.block_size
         if count:
             self.stats.requests += 1
             self.stats.prompt_tokens += len(tokens)
             self.stats.cached_tokens += n
             self.stats.lookups[kind] += 1
-        return PrefixMatch(blocks, n, kind)
+        return PrefixMatch(blocks.tolist(), n, kind)
 
     def _match_by_id(self, tokens: np.ndarray, request: CacheRequest, usable: int, diagnose: bool):
         if request.cache_id is None:
@@ -138,8 +139,8 @@ class PrefixCache:
             # Another state may share more, so the longest-prefix path looks (and diagnoses).
             return None
         keys = list(session.keys[:full])
-        blocks = self.index.lookup(keys)
-        if not blocks:
+        blocks = self._resident(session, keys)
+        if not len(blocks):
             return None  # the longest-prefix path looks again (and diagnoses)
         if diagnose:
             self._check_near_miss(tokens, session, shared)
@@ -148,27 +149,36 @@ class PrefixCache:
     def _match_longest(self, tokens: np.ndarray, request: CacheRequest, usable: int, diagnose: bool):
         # The resident session sharing the most is this request's parent, and the one a
         # fork would be diagnosed against.
-        shared, parent, keys = self._closest_session(tokens, request.scope, usable)
-        blocks = self.index.lookup(keys)
-        self._lookup_beyond(tokens, request.scope, usable, keys, blocks)
+        shared, parent, keys, source = self._closest_session(tokens, request.scope, usable)
+        blocks = self._resident(source, keys) if source is not None else np.zeros(0, np.intp)
+        blocks = self._lookup_beyond(tokens, request.scope, usable, keys, blocks)
         if parent is not None and diagnose:
             self._check_near_miss(tokens, parent, shared)
-        return keys, blocks, ("longest_prefix" if blocks else "cold"), parent if blocks else None
+        return keys, blocks, ("longest_prefix" if len(blocks) else "cold"), parent if len(blocks) else None
 
     def _closest_session(self, tokens: np.ndarray, scope: bytes, usable: int):
         """The recent session of ``scope`` sharing the most tokens (the newest among equals),
         how many it shares, and the chain keys of the request's leading blocks that sessions
-        already hold: equal scope and equal tokens make equal keys, so those need no hashing."""
+        already hold, with the session they came from: equal scope and equal tokens make equal
+        keys, so those need no hashing."""
         known: Sequence[bytes] = ()
-        shared, parent = 0, None
+        shared, parent, source = 0, None, None
         for session in self.sessions.recent(scope):
             n = self._shared_with(session, tokens, known)
             blocks = min(n // self.block_size, usable, len(session.keys))
             if blocks > len(known):
-                known = session.keys[:blocks]
+                known, source = session.keys[:blocks], session
             if parent is None or n > shared:
                 shared, parent = n, session
-        return shared, parent, list(known)
+        return shared, parent, list(known), source
+
+    def _resident(self, session: TerminalSession, keys: list[bytes]) -> np.ndarray:
+        """The blocks of ``keys`` (a prefix of the session's): the session's own where they are
+        still indexed as it left them (one vectorised check), then the index's for the rest."""
+        n = self.index.resident(session.blocks[:len(keys)], session.epochs[:len(keys)])
+        if n == len(keys):
+            return session.blocks[:n]
+        return np.concatenate((session.blocks[:n], np.asarray(self.index.lookup(keys[n:]), dtype=np.intp)))
 
     def _shared_with(self, session: TerminalSession, tokens: np.ndarray, keys: Sequence[bytes]) -> int:
         """Tokens shared with a session, given the keys of the request's leading blocks known so
@@ -186,21 +196,22 @@ class PrefixCache:
         return start + common_prefix(session.tokens[start:end], tokens[start:end])
 
     def _lookup_beyond(self, tokens: np.ndarray, scope: bytes, usable: int, keys: list[bytes],
-                       blocks: list[int]) -> None:
-        """Extend ``keys`` and ``blocks`` (all of whose keys are indexed) past what the sessions
-        knew: another branch (still running, or whose session was dropped) may have registered
-        more. Runs of doubling length are hashed while every key so far is found."""
+                       blocks: np.ndarray) -> np.ndarray:
+        """``blocks`` (of ``keys``, all indexed) extended past what the sessions knew: another
+        branch (still running, or whose session was dropped) may have registered more. Runs of
+        doubling length are hashed while every key so far is found; ``keys`` grows in place."""
         step = 16
         while len(blocks) == len(keys) < usable:
             end = min(usable, len(keys) + step)
             more = self.keys(tokens[len(keys) * self.block_size:end * self.block_size], scope,
                              keys[-1] if keys else b"")
             keys += more
-            blocks += self.index.lookup(more)
+            blocks = np.concatenate((blocks, np.asarray(self.index.lookup(more), dtype=np.intp)))
             step *= 2
+        return blocks
 
     def _restore(self, tokens: np.ndarray, request: CacheRequest, usable: int, keys: list[bytes],
-                 blocks: list[int], kind: str) -> tuple[list[bytes], list[int], str]:
+                 blocks: np.ndarray, kind: str) -> tuple[list[bytes], np.ndarray, str]:
         """Extend the device blocks with the SSD tier's run after them, restored into the pool."""
         keys, ssd_kind = self._ssd_keys(tokens, request, usable, keys, len(blocks))
         located = self.ssd.locate(keys[len(blocks):usable])
@@ -208,7 +219,7 @@ class PrefixCache:
         if not restored:
             return keys, blocks, kind
         self.index.register(keys[len(blocks):len(blocks) + len(restored)], restored, request.scope)
-        return keys, blocks + restored, ssd_kind
+        return keys, np.concatenate((blocks, np.asarray(restored, dtype=np.intp))), ssd_kind
 
     def _ssd_keys(self, tokens: np.ndarray, request: CacheRequest, usable: int, keys: list[bytes],
                   resident: int) -> tuple[list[bytes], str]:
@@ -263,17 +274,25 @@ class PrefixCache:
             start = len(live.keys) * self.block_size
             new_blocks = token_array(tokens)[start:full * self.block_size]
             live.keys += self.keys(new_blocks, live.request.scope, parent)
-        self.index.register(live.keys[live.registered:full], block_table[live.registered:full],
-                            live.request.scope)
-        live.registered = max(live.registered, full)
+        if full > live.registered:
+            indexed = self.index.register(live.keys[live.registered:full], block_table[live.registered:full],
+                                          live.request.scope)
+            live.blocks = np.concatenate((live.blocks, np.asarray(indexed, dtype=np.intp)))
+            live.registered = full
 
     def release(self, request_id: str, blocks: Sequence[int], tokens: Optional[TokenIds] = None) -> None:
         """The request let go of ``blocks`` (already freed in the pool). With ``tokens``, it
         finished successfully and its terminal state stays resident for the next turn."""
         live = self._live.pop(request_id, None)
         if live is not None and tokens is not None:
-            session = self.sessions.record(live.request.cache_id, live.request.scope, tokens,
-                                           live.keys[:live.registered], live.parent)
+            indexed = live.blocks[:live.registered]
+            keys = live.keys[:live.registered]
+            session = self.sessions.record(live.request.cache_id, live.request.scope, tokens, keys,
+                                           indexed, self.index.epochs(indexed), live.parent)
+            if self.ssd is not None and self.ssd.config.write_through:  # before the record naming them
+                held = indexed >= 0
+                self.ssd.write_through(live.request.scope, [k for k, h in zip(keys, held) if h],
+                                       indexed[held].tolist())
             if self.ssd is not None and session.cache_id is not None:
                 self.ssd.record_session(SessionRecord(session.scope, session.cache_id, session.tokens,
                                                       session.keys, session.parent, session.round))

@@ -27,6 +27,10 @@ class PrefixIndex:
         self._key_of: dict[int, bytes] = {}
         self._scope_of: dict[int, bytes] = {}
         self._indexed = np.zeros(pool.num_blocks, dtype=bool)
+        # Which registration indexed each block: a holder of (block, epoch) pairs (a terminal
+        # session) learns in one vectorised pass whether its blocks are still those of its keys.
+        self._epoch = np.zeros(pool.num_blocks, dtype=np.int64)
+        self._registrations = 0
         # Eviction order: releases oldest first, each a user's indexed blocks tail first. A
         # block counts at its latest release only, so releasing a 300K-token context is a few
         # numpy passes, not 18K moves in a queue.
@@ -39,6 +43,11 @@ class PrefixIndex:
     def __len__(self) -> int:
         return len(self._block_of)
 
+    def keys(self) -> list[bytes]:
+        """Every indexed key; one C-level copy, so another thread may take it while the engine
+        thread registers and evicts (a cluster replica's routing summary)."""
+        return list(self._block_of)
+
     def lookup(self, keys: Sequence[bytes]) -> list[int]:
         """Blocks of the longest run of leading keys present in the index."""
         # All keys at C speed, then cut at the first miss: callers pass keys that are mostly hits.
@@ -50,19 +59,37 @@ class PrefixIndex:
         Eviction skips them while they are in use; their next release queues them again."""
         self.pool.incref(blocks)
 
-    def register(self, keys: Sequence[bytes], blocks: Sequence[int], scope: bytes = b"") -> None:
-        """Index newly completed full blocks (still in use by the sequence that filled them)."""
-        new = []
+    def register(self, keys: Sequence[bytes], blocks: Sequence[int], scope: bytes = b"") -> list[int]:
+        """Index newly completed full blocks (still in use by the sequence that filled them).
+        Returns the block each key is indexed under (-1: none, its block being another key's)."""
+        new, indexed = [], []
         for key, block in zip(keys, blocks):
-            if key in self._block_of or block in self._key_of:
+            held = self._block_of.get(key)
+            if held is not None or block in self._key_of:
+                indexed.append(-1 if held is None else held)
                 continue  # an identical block is already indexed; this copy stays private
             self._block_of[key] = block
             self._key_of[block] = key
             self._scope_of[block] = scope
             new.append(block)
+            indexed.append(block)
         if new:  # most engine steps complete no block
+            self._registrations += 1
             self._indexed[new] = True
+            self._epoch[new] = self._registrations
             self.pool.incref(new)
+        return indexed
+
+    def epochs(self, blocks: np.ndarray) -> np.ndarray:
+        """Each block's registration, for `resident` to check later."""
+        return self._epoch[blocks]
+
+    def resident(self, blocks: np.ndarray, epochs: np.ndarray) -> int:
+        """How many leading `blocks` are still indexed by the registration `epochs` names (so
+        still under the keys they were indexed with): one vectorised pass, no key lookups."""
+        ok = blocks >= 0
+        ok[ok] = self._indexed[blocks[ok]] & (self._epoch[blocks[ok]] == epochs[ok])
+        return len(ok) if ok.all() else int(ok.argmin())
 
     def released(self, blocks: Sequence[int]) -> None:
         """A user let go of ``blocks``; those only the index still holds become evictable.

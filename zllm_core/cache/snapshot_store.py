@@ -9,22 +9,32 @@ The index is content-addressed: a chained block key (which carries scope and his
 names one block slot in one blob, so branches that share history share disk blocks.
 Session records (cache id, scope, tokens, keys, parent, round) let an exact cache id find
 its blocks after a restart. The byte budget evicts whole blobs, least recently used first.
+
+Engines on one host may share a directory (cluster replicas: a conversation that moves restores
+what another engine wrote). Generations come from a counter in the index, bumped in a write
+transaction, so two writers never number a blob alike; lookups ask the index, which sees every
+engine's commits; and what a crash left is collected only by an opener that finds the directory
+unused, so nobody takes another engine's blobs in flight.
 Torch-free: a test's writer process imports only this, numpy and xxhash.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
+import logging
 import os
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Optional, Sequence
+from typing import IO, BinaryIO, Optional, Sequence
 
 import numpy as np
 
 from zllm_core.cache.snapshot_format import BlobHeader, BlobLayout, encode_header, read_header
+
+log = logging.getLogger("zllm.cache")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS snapshots (
@@ -37,6 +47,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     id INTEGER PRIMARY KEY, scope BLOB NOT NULL, cache_id TEXT NOT NULL, round INTEGER NOT NULL,
     parent INTEGER, tokens BLOB NOT NULL, key_len INTEGER NOT NULL, keys BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS sessions_by_id ON sessions(scope, cache_id);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 _BATCH = 900  # below SQLite's default limit of bound parameters
 MAX_SESSIONS = 1024
@@ -68,17 +79,19 @@ class SnapshotStore:
         self.quarantined = self.dir / "quarantine"
         for d in (self.blobs, self.quarantined):
             d.mkdir(parents=True, exist_ok=True)
-        self._dir_lock = _lock(self.dir)
+        self._dir_lock, alone = _lock(self.dir)
         self.layout = layout
         self.budget_bytes = budget_bytes
         self._local = threading.local()
-        self._lock = threading.Lock()  # generation counter and the key set
+        self._lock = threading.Lock()  # the key set
         self._db().executescript(SCHEMA)
-        self.keys: set[bytes] = set()  # every indexed block key, for lookups without a query
-        self.orphans_collected = self._collect_orphans()
-        gens = [int(p.name.split(".")[0]) for p in self.blobs.iterdir() if p.name.split(".")[0].isdigit()]
-        row = self._db().execute("SELECT MAX(generation) FROM snapshots").fetchone()
-        self._generation = max([row[0] or 0, *gens])
+        # Every block key indexed when this process looked: spares backing up a block twice.
+        # Other engines sharing the directory add and drop keys behind it; lookups ask the index.
+        self.keys: set[bytes] = set()
+        self.orphans_collected = self._collect_orphans() if alone else 0
+        if alone:
+            fcntl.flock(self._dir_lock, fcntl.LOCK_SH)  # now others may share it
+        self._start_counter()
         self.keys.update(k for (k,) in self._db().execute("SELECT key FROM blocks"))
 
     def _db(self) -> sqlite3.Connection:
@@ -98,31 +111,58 @@ class SnapshotStore:
 
     # -- writing (the writer thread) ----------------------------------------------------
 
-    def commit(self, scope: bytes, keys: Sequence[bytes], data: np.ndarray) -> int:
-        """Write ``data`` (uint8 [n, bytes_per_block]) as one blob and index it; its generation."""
-        with self._lock:
-            self._generation += 1
-            generation = self._generation
-        header = encode_header(self.layout, scope, generation, keys, data)
-        final = self.blob_path(generation)
-        tmp = final.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            f.write(header)
-            f.write(memoryview(np.ascontiguousarray(data)).cast("B"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(tmp, final)
-        _fsync_dir(self.blobs)
-        size = len(header) + data.nbytes
+    def _start_counter(self) -> None:
+        """Generations continue past every blob named in the index or on disk (a directory
+        written before the counter existed included)."""
+        gens = [int(p.name.split(".")[0]) for p in self.blobs.iterdir() if p.name.split(".")[0].isdigit()]
         db = self._db()
         with _transaction(db):
-            cur = db.execute("INSERT INTO snapshots(generation, scope, num_blocks, bytes, last_used) "
-                             "VALUES (?, ?, ?, ?, ?)", (generation, scope, len(keys), size, time.time()))
-            db.executemany("INSERT OR IGNORE INTO blocks(key, snapshot, slot) VALUES (?, ?, ?)",
-                           [(k, cur.lastrowid, i) for i, k in enumerate(keys)])
+            row = db.execute("SELECT MAX(generation) FROM snapshots").fetchone()
+            db.execute("INSERT INTO counters VALUES ('generation', ?) ON CONFLICT(name) "
+                       "DO UPDATE SET value = MAX(value, excluded.value)", (max([row[0] or 0, *gens]),))
+
+    def _next_generation(self) -> int:
+        db = self._db()
+        with _transaction(db):
+            (row,) = db.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation' "
+                                "RETURNING value").fetchall()  # stepped to its end before the commit
+            return row[0]
+
+    def commit(self, scope: bytes, keys: Sequence[bytes], data: np.ndarray) -> int:
+        """Write ``data`` (uint8 [n, bytes_per_block]) as one blob and index it; its generation.
+
+        Room is made first (least recently used blobs dropped past the budget). A write that
+        fails takes its file with it: on a full disk, a half-written blob would keep it full.
+        A full disk lowers the budget to what the index holds, so the next blob replaces old
+        ones instead of failing too."""
+        generation = self._next_generation()
+        header = encode_header(self.layout, scope, generation, keys, data)
+        size = len(header) + data.nbytes
+        self._enforce_budget(room=size)
+        final = self.blob_path(generation)
+        tmp = final.with_suffix(".tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(header)
+                f.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+                f.flush()
+                os.fsync(f.fileno())
+            os.rename(tmp, final)
+            _fsync_dir(self.blobs)
+            db = self._db()
+            with _transaction(db):
+                cur = db.execute("INSERT INTO snapshots(generation, scope, num_blocks, bytes, last_used) "
+                                 "VALUES (?, ?, ?, ?, ?)", (generation, scope, len(keys), size, time.time()))
+                db.executemany("INSERT OR IGNORE INTO blocks(key, snapshot, slot) VALUES (?, ?, ?)",
+                               [(k, cur.lastrowid, i) for i, k in enumerate(keys)])
+        except (OSError, sqlite3.Error) as exc:
+            for path in (tmp, final):  # no row names either: the transaction rolled back
+                path.unlink(missing_ok=True)
+            if disk_full(exc):
+                self._fit_budget_to_disk()
+            raise
         with self._lock:
             self.keys.update(keys)
-        self._enforce_budget()
         return generation
 
     def put_session(self, record: SessionRecord) -> None:
@@ -139,15 +179,24 @@ class SnapshotStore:
             db.execute("DELETE FROM sessions WHERE id NOT IN (SELECT id FROM sessions ORDER BY id DESC LIMIT ?)",
                        (MAX_SESSIONS,))
 
-    def _enforce_budget(self) -> None:
+    def _enforce_budget(self, room: int = 0) -> None:
+        """Drop least recently used blobs until ``room`` more bytes fit in the budget."""
         db = self._db()
         total = db.execute("SELECT COALESCE(SUM(bytes), 0) FROM snapshots").fetchone()[0]
         for snapshot, generation, size in db.execute(
                 "SELECT id, generation, bytes FROM snapshots ORDER BY last_used").fetchall():
-            if total <= self.budget_bytes:
+            if total + room <= self.budget_bytes:
                 return
             self._drop(snapshot, generation)
             total -= size
+
+    def _fit_budget_to_disk(self) -> None:
+        held = self.num_bytes()
+        if held < self.budget_bytes:
+            log.warning("SSD cache directory %s is full at %d bytes of snapshots: the tier's budget is "
+                        "lowered from %d to that, older snapshots make room for newer ones",
+                        self.dir, held, self.budget_bytes)
+            self.budget_bytes = held
 
     def _drop(self, snapshot: int, generation: int, to: Optional[Path] = None) -> None:
         """Unindex a blob, then remove (or move) its file: a crash between leaves an orphan."""
@@ -170,23 +219,21 @@ class SnapshotStore:
     # -- reading (the engine thread) ----------------------------------------------------
 
     def locate(self, keys: Sequence[bytes]) -> list[BlockLocation]:
-        """Where the longest leading run of ``keys`` lives on disk."""
-        with self._lock:
-            run = 0
-            while run < len(keys) and keys[run] in self.keys:
-                run += 1
-        found: dict[bytes, BlockLocation] = {}
-        for i in range(0, run, _BATCH):
-            batch = list(keys[i:min(run, i + _BATCH)])
+        """Where the longest leading run of ``keys`` lives on disk, as the index says now
+        (another engine sharing the directory may have written it), a batch at a time."""
+        out: list[BlockLocation] = []
+        for i in range(0, len(keys), _BATCH):
+            batch = list(keys[i:i + _BATCH])
             rows = self._db().execute(
                 "SELECT b.key, b.snapshot, s.generation, b.slot FROM blocks b JOIN snapshots s ON s.id = b.snapshot "
                 f"WHERE b.key IN ({','.join('?' * len(batch))})", batch)
-            found.update((k, BlockLocation(k, s, g, slot)) for k, s, g, slot in rows)
-        out = []
-        for key in keys[:run]:  # a blob dropped since the set was read ends the run
-            if key not in found:
-                break
-            out.append(found[key])
+            found = {k: BlockLocation(k, s, g, slot) for k, s, g, slot in rows}
+            with self._lock:
+                self.keys.update(found)
+            for key in batch:
+                if key not in found:
+                    return out
+                out.append(found[key])
         return out
 
     def open_blob(self, location: BlockLocation, scope: bytes) -> tuple[BinaryIO, BlobHeader]:
@@ -256,17 +303,25 @@ class _transaction:
         self.db.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
-def _lock(directory: Path):
-    """One process per directory: a second one's orphan collection would take the first's
-    blobs in flight, and both would number generations alike. The kernel releases it when
-    the holder dies, kill -9 included."""
+def _lock(directory: Path) -> tuple[IO[str], bool]:
+    """The directory's lock file, held shared by every engine using it, and whether this one
+    is alone (it holds the lock exclusively until it has collected what a crash left: nobody
+    else's blobs are in flight then). The kernel releases it when the holder dies, kill -9
+    included."""
     f = open(directory / "lock", "a")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return f, True
     except BlockingIOError:
-        f.close()
-        raise RuntimeError(f"{directory} is in use by another process (one server per SSD cache directory)") from None
-    return f
+        fcntl.flock(f, fcntl.LOCK_SH)  # waits while an opener that was alone collects
+        return f, False
+
+
+def disk_full(exc: BaseException) -> bool:
+    """ENOSPC or a quota from the filesystem, SQLITE_FULL from the index."""
+    if isinstance(exc, sqlite3.Error):
+        return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _fsync_dir(path: Path) -> None:

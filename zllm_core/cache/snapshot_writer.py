@@ -15,7 +15,7 @@ from typing import Union
 
 import numpy as np
 
-from zllm_core.cache.snapshot_store import SessionRecord, SnapshotStore
+from zllm_core.cache.snapshot_store import SessionRecord, SnapshotStore, disk_full
 
 log = logging.getLogger("zllm.cache")
 
@@ -47,6 +47,7 @@ class SnapshotWriter:
         self._pending_bytes = 0
         self._busy = False
         self._closed = False
+        self._disk_full = False  # the last write failed for lack of room
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="zllm-snapshot-writer", daemon=True)
         self._thread.start()
@@ -63,6 +64,10 @@ class SnapshotWriter:
             if isinstance(item, BlockBackup):
                 self.pending_keys.update(item.keys)
             self._cond.notify_all()
+
+    def has_room(self, nbytes: int) -> bool:
+        """Whether a put of ``nbytes`` would be queued now, without waiting (advisory)."""
+        return not self._pending_bytes or self._pending_bytes + nbytes <= self.max_pending_bytes
 
     def flush(self) -> None:
         """Wait until everything queued so far is on disk and indexed."""
@@ -120,14 +125,24 @@ class SnapshotWriter:
             self._cond.notify_all()
 
     def _guarded(self, fn, *args) -> bool:
-        """A failed write (disk full, permissions) loses a backup, never the engine."""
+        """A failed write (disk full, permissions) loses a backup, never the engine. A full
+        disk is an operating condition, not a bug: one line when writes start failing and
+        one when they recover; /metrics counts every failure."""
         try:
             fn(*args)
-            return True
-        except Exception:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001
             self.stats.write_errors += 1
-            log.exception("snapshot write failed")
+            if not disk_full(exc):
+                log.exception("snapshot write failed")
+            elif not self._disk_full:
+                log.warning("snapshot writes fail, the SSD cache directory is full (%s): backups are "
+                            "skipped until there is room", exc)
+            self._disk_full = disk_full(exc)
             return False
+        if self._disk_full:
+            log.warning("snapshot writes succeed again")
+            self._disk_full = False
+        return True
 
 
 def _nbytes(item: Union[BlockBackup, SessionRecord]) -> int:

@@ -10,6 +10,7 @@ the request continues as a miss.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
@@ -34,6 +35,9 @@ class SSDConfig:
     directory: str
     budget_bytes: int = 64 << 30
     max_pending_bytes: int = 512 << 20
+    # Back a finished request's blocks up now, not at eviction: engines sharing the directory
+    # (cluster replicas) then restore a conversation that moves, or outlives a killed replica.
+    write_through: bool = False
 
 
 @dataclass
@@ -67,8 +71,10 @@ class SSDTier:
         """On disk, or queued to be."""
         return key in self.store.keys or key in self.writer.pending_keys
 
-    def backup(self, scopes: Sequence[bytes], keys: Sequence[bytes], blocks: Sequence[int]) -> None:
-        """Copy the blocks the disk lacks to host memory and queue them for writing."""
+    def backup(self, scopes: Sequence[bytes], keys: Sequence[bytes], blocks: Sequence[int],
+               wait: bool = True) -> None:
+        """Copy the blocks the disk lacks to host memory and queue them for writing; without
+        ``wait``, only while the queue has room (the engine never waits on the disk for it)."""
         by_scope: dict[bytes, list[int]] = {}
         for i, key in enumerate(keys):
             if not self.holds(key):
@@ -76,10 +82,17 @@ class SSDTier:
         for scope, picked in by_scope.items():
             for start in range(0, len(picked), self._batch):
                 part = picked[start:start + self._batch]
+                if not wait and not self.writer.has_room(len(part) * self.layout.bytes_per_block):
+                    return
                 data = self.storage.gather([blocks[i] for i in part]).cpu().contiguous()
                 self.writer.put(BlockBackup(scope, tuple(keys[i] for i in part),
                                             data.view(torch.uint8).reshape(len(part), -1).numpy()))
                 self.stats.backed_up_blocks += len(part)
+
+    def write_through(self, scope: bytes, keys: Sequence[bytes], blocks: Sequence[int]) -> None:
+        """A finished request's blocks, backed up now when the writer has room; what it
+        skips is backed up at eviction as usual."""
+        self.backup([scope] * len(keys), keys, blocks, wait=False)
 
     def record_session(self, record: SessionRecord) -> None:
         self.writer.put(record)
@@ -102,13 +115,19 @@ class SSDTier:
             self.stats.failed_restores += 1
             if exc.bad is not None:
                 self.stats.quarantined += 1
-                self.store.quarantine(exc.bad)
                 log.warning("SSD snapshot %d quarantined: %s", exc.bad.generation, exc)
+                try:
+                    self.store.quarantine(exc.bad)
+                except (OSError, sqlite3.Error) as failed:  # a full disk: the next failed restore tries again
+                    log.warning("SSD tier: could not quarantine snapshot %d (%s)", exc.bad.generation, failed)
             return None
         except OutOfBlocks:
             self.stats.failed_restores += 1
             return None
-        self.store.touch(sorted({loc.snapshot for loc in located}))
+        try:
+            self.store.touch(sorted({loc.snapshot for loc in located}))
+        except sqlite3.Error as exc:  # recency is a hint for the budget; the restore stands
+            log.warning("SSD tier: could not mark snapshots used (%s)", exc)
         self.stats.hits += 1
         self.stats.restored_tokens += len(blocks) * self.layout.block_size
         self.stats.bytes_read += len(blocks) * self.layout.bytes_per_block

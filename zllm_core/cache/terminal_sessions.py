@@ -22,6 +22,8 @@ class TerminalSession:
     scope: bytes
     tokens: np.ndarray  # int32 token ids, prompt and output (read-only)
     keys: tuple[bytes, ...]  # chain keys of its computed full blocks
+    blocks: np.ndarray  # the block indexed under each key when it finished (-1: none)
+    epochs: np.ndarray  # and the index registration of each (PrefixIndex.resident checks both)
     parent: Optional[int]
     round: int
 
@@ -39,11 +41,11 @@ class TerminalSessions:
         return len(self._all)
 
     def record(self, cache_id: Optional[str], scope: bytes, tokens: TokenIds, keys: Sequence[bytes],
-               parent: Optional[TerminalSession]) -> TerminalSession:
+               blocks: np.ndarray, epochs: np.ndarray, parent: Optional[TerminalSession]) -> TerminalSession:
         self._serial += 1
         tokens = np.array(tokens, dtype=TOKEN_DTYPE)  # one copy: the caller's buffer moves on
         tokens.flags.writeable = False
-        session = TerminalSession(self._serial, cache_id, scope, tokens, tuple(keys),
+        session = TerminalSession(self._serial, cache_id, scope, tokens, tuple(keys), blocks, epochs,
                                   parent.serial if parent else None, parent.round + 1 if parent else 0)
         self._all[session.serial] = session
         self._num_tokens += len(session.tokens)

@@ -14,8 +14,11 @@ TokenIds = Union[np.ndarray, Sequence[int]]
 
 
 def token_array(ids: TokenIds) -> np.ndarray:
-    """``ids`` as a contiguous int32 array; no copy when it already is one (uint32 ids cost one
-    cast: below 2**31 their bytes, hence their block keys, are the same)."""
+    """``ids`` as a contiguous int32 array; no copy when it already is one, nor for the
+    tokenizer's uint32 ids, which are viewed as int32 (below 2**31 their bytes, hence their
+    block keys, are the same; ids past the vocabulary are refused before they get here)."""
+    if isinstance(ids, np.ndarray) and ids.dtype == np.uint32 and ids.flags.c_contiguous:
+        return ids.view(TOKEN_DTYPE)
     return np.ascontiguousarray(ids, dtype=TOKEN_DTYPE)
 
 

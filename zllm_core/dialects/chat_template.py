@@ -8,6 +8,7 @@ re-serialize them), so a model's own tool call re-enters the next prompt byte fo
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -77,10 +78,34 @@ def _environment() -> ImmutableSandboxedEnvironment:
 _ENV = _environment()
 
 
+# String methods whose result depends on where a literal occurs in the string they are called on.
+_STRING_TESTS = frozenset({"startswith", "endswith", "split", "rsplit", "partition", "rpartition",
+                           "find", "rfind", "index", "rindex", "count", "replace", "removeprefix",
+                           "removesuffix"})
+
+
+def content_literals(source: str) -> tuple[str, ...]:
+    """The strings a template tests values against (`'</think>' in content`,
+    `content.startswith('<tool_response>')`): what, besides roles and fields, it can branch on."""
+    found = set()
+    for node in _ENV.parse(source).find_all((jinja2.nodes.Compare, jinja2.nodes.Call)):
+        if isinstance(node, jinja2.nodes.Compare):
+            if any(op.op in ("in", "notin") for op in node.ops):
+                found.update(e.value for e in (node.expr, *(op.expr for op in node.ops))
+                             if isinstance(e, jinja2.nodes.Const) and isinstance(e.value, str))
+        elif isinstance(node.node, jinja2.nodes.Getattr) and node.node.attr in _STRING_TESTS:
+            found.update(a.value for a in node.args
+                         if isinstance(a, jinja2.nodes.Const) and isinstance(a.value, str) and a.value)
+    return tuple(sorted(found))
+
+
 class ChatTemplate:
-    def __init__(self, source: str, dialect: ToolDialect, special_tokens: Mapping[str, str] | None = None):
+    def __init__(self, source: str, dialect: ToolDialect, special_tokens: Mapping[str, str] | None = None,
+                 name: str | None = None):
         self.source = source
         self.dialect = dialect
+        self.name = name or f"template-{hashlib.sha256(source.encode()).hexdigest()[:12]}"
+        self.literals = content_literals(source)
         self._template = _ENV.from_string(source)
         self._special_tokens = dict(special_tokens or {})
         # Templates that predate the developer role skip it silently; for them it is a system turn.
@@ -98,7 +123,7 @@ class ChatTemplate:
         if source is None:
             raise FileNotFoundError(f"no chat template in {path}")
         names = read_special_tokens(path)
-        return cls(source, dialect or dialect_for(path), names)
+        return cls(source, dialect or dialect_for(path), names, name=f"{path.name} ({path})")
 
     def render(self, messages: Sequence[Message], tools: Sequence[FunctionTool] | None = (),
                add_generation_prompt: bool = True, **template_kwargs: Any) -> str:

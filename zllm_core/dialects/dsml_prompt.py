@@ -15,6 +15,9 @@ USER, ASSISTANT = "<｜User｜>", "<｜Assistant｜>"
 
 
 class DsmlPrompt:
+    name = "the DeepSeek-V3.2 encoder layout"
+    literals: tuple[str, ...] = ()  # it never branches on what content says
+
     def __init__(self, dialect: DsmlDialect | None = None):
         self.dialect = dialect or DsmlDialect()
 

@@ -9,7 +9,7 @@ message_stop.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Literal, Optional, Union
+from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,6 +20,7 @@ from zllm_core.protocols.canonical import (
     RequestError, TextDelta, ToolCall, ToolCallArgsDelta, ToolCallEnd,
     ToolCallStart, ToolChoice, Usage, named_tool_choice, sampling,
 )
+from zllm_core.protocols.message_memo import MessageMemo, every_item
 from zllm_core.protocols.tool_schema import function_tool
 
 # Claude Code prepends this attribution block; its per-request cch= nonce would fork every prefix.
@@ -27,7 +28,7 @@ BILLING_HEADER = "x-anthropic-billing-header:"
 
 
 class _Tolerant(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class TextBlock(_Tolerant):
@@ -100,9 +101,12 @@ class Metadata(_Tolerant):
     user_id: str | None = None
 
 
+MESSAGES = MessageMemo()  # a resent history is validated and converted once (count_tokens too)
+
+
 class CountTokensRequest(_Tolerant):
     model: str
-    messages: list[AnthropicMessage]
+    messages: Annotated[list[AnthropicMessage], MESSAGES.validator()] = Field(min_length=1)
     system: Union[str, list[TextBlock], None] = None
     tools: list[Tool] | None = None
     tool_choice: ToolChoiceParam | None = None
@@ -192,11 +196,15 @@ def _thinking(t: ThinkingParam | None) -> bool | None:
     return None if t is None else t.type != "disabled"
 
 
-def to_canonical(req: CountTokensRequest,
-                 remembered: Remembered = lambda call_id: None) -> CanonicalRequest:
-    messages = _system(req.system)
-    for i, m in enumerate(req.messages):
-        messages.extend(_turn(m, i, remembered))
+def _forgotten(call_id: str) -> None:
+    return None
+
+
+def to_canonical(req: CountTokensRequest, remembered: Remembered = _forgotten) -> CanonicalRequest:
+    # Conversions are remembered per tool-call memory (the server's one), as they read it.
+    turns = MESSAGES.convert(req.messages, every_item(lambda m, i: _turn(m, i, remembered)),
+                             context=getattr(remembered, "__self__", remembered))
+    messages = _system(req.system) + turns
     tools = [function_tool(t.name, t.description, t.input_schema, f"tools[{i}].input_schema")
              for i, t in enumerate(req.tools or []) if t.type in (None, "custom")]
     params = sampling()

@@ -7,7 +7,7 @@ after, and (with stream_options.include_usage) ends with a chunk whose choices a
 from __future__ import annotations
 
 import time
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,12 +17,13 @@ from zllm_core.protocols.canonical import (
     RequestError, TextDelta, ToolCall, ToolCallArgsDelta, ToolCallStart,
     Logprobs, LogprobEntry, ToolChoice, Usage, named_tool_choice, sampling,
 )
+from zllm_core.protocols.message_memo import MessageMemo, every_item
 from zllm_core.protocols.openai_logprobs import wire_logprobs
 from zllm_core.protocols.tool_schema import function_tool, response_format
 
 
 class _Tolerant(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class TextPart(_Tolerant):
@@ -83,9 +84,12 @@ class StreamOptions(_Tolerant):
     include_usage: bool = False
 
 
+MESSAGES = MessageMemo()  # a resent history is validated and converted once
+
+
 class ChatRequest(_Tolerant):
     model: str
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: Annotated[list[ChatMessage], MESSAGES.validator()] = Field(min_length=1)
     tools: list[ChatTool] | None = None
     tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None
     parallel_tool_calls: bool | None = None
@@ -148,7 +152,7 @@ def to_canonical(req: ChatRequest) -> CanonicalRequest:
     tools = [function_tool(t.function.name, t.function.description, t.function.parameters,
                            f"tools[{i}].function.parameters") for i, t in enumerate(req.tools or [])]
     return CanonicalRequest(
-        messages=[_message(m, i) for i, m in enumerate(req.messages)], tools=tools,
+        messages=MESSAGES.convert(req.messages, every_item(lambda m, i: [_message(m, i)])), tools=tools,
         sampling=params, tool_choice=_tool_choice(req, tools), stream=bool(req.stream),
         cache_key=req.prompt_cache_key,
         thinking=None if req.reasoning_effort is None else req.reasoning_effort != "none",

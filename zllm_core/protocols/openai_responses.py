@@ -17,6 +17,7 @@ from zllm_core.protocols.canonical import (
     CanonicalRequest, FunctionTool, Message, RequestError, ToolCall, ToolChoice,
     named_tool_choice, sampling,
 )
+from zllm_core.protocols.message_memo import MessageMemo
 from zllm_core.protocols.tool_schema import function_tool, response_format
 
 OUTPUT_LOGPROBS = "message.output_text.logprobs"
@@ -25,7 +26,7 @@ NAMESPACE_SEP = "__"
 
 
 class _Tolerant(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class TextPart(_Tolerant):
@@ -145,9 +146,12 @@ class NamedToolChoice(_Tolerant):
     name: str | None = None
 
 
+INPUT = MessageMemo()  # resent input items are validated and converted once
+
+
 class ResponsesRequest(_Tolerant):
     model: str
-    input: Union[str, list[InputItem]]
+    input: Annotated[Union[str, list[InputItem]], INPUT.validator()]
     instructions: str | None = None
     tools: list[ToolParam] | None = None
     tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None
@@ -236,13 +240,21 @@ def input_messages(req: ResponsesRequest) -> list[Message]:
     """The request's own input items as canonical messages (without instructions or history)."""
     if isinstance(req.input, str):
         return [Message(role="user", content=req.input)]
+    return INPUT.convert(req.input, _items_messages)
+
+
+def _items_messages(items: list[Any], start: int) -> tuple[list[Message], list[int]]:
+    """A later request may add items to an assistant turn still open at the end, so the
+    conversion restarts only where no turn is open (the memo's cuts)."""
     out: list[Message] = []
+    cuts: list[int] = []
     turn: _AssistantTurn | None = None
-    for i, item in enumerate(req.input):
-        where = f"input[{i}]"
+    for i, item in enumerate(items):
+        where = f"input[{start + i}]"
         if turn is not None and not (_is_assistant_side(item) and turn.takes(item)):
             out.append(turn.message())
             turn = None
+        cuts.append(len(out) if turn is None else -1)
         if _is_assistant_side(item):
             turn = turn or _AssistantTurn()
             turn.add(item, where)
@@ -252,9 +264,10 @@ def input_messages(req: ResponsesRequest) -> list[Message]:
         elif isinstance(item, FunctionCallOutputItem):
             out.append(Message(role="tool", content=_text(item.output, where),
                                tool_call_id=item.call_id))
+    cuts.append(len(out) if turn is None else -1)
     if turn is not None:
         out.append(turn.message())
-    return out
+    return out, cuts
 
 
 def _tool_choice(req: ResponsesRequest, tools: list[FunctionTool]) -> ToolChoice:

@@ -6,12 +6,13 @@ back into its protocol. `protocol_routes` is the protocols alone, for any app to
 """
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Depends, FastAPI, Response
 
-from zllm_core.server import chat_completions, errors, messages, responses, responses_socket
+from zllm_core.server import chat_completions, errors, messages, openapi, responses, responses_socket
 from zllm_core.server.access_log import AccessLog
 from zllm_core.server.gate import Gate
 from zllm_core.server.metrics import CONTENT_TYPE, ServerMetrics
@@ -33,9 +34,15 @@ def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> Fas
     metrics = ServerMetrics(engine.metrics, prompts.metrics)
     rt = Runtime.build(config, engine.generate, lambda: engine.model_config.eos_token_ids, prompts, max_len,
                        metrics)
-    app = FastAPI(title="zllm", version="0.1.0")
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        rt.store.close()  # its WAL checkpointed into the file: a clean file for whoever opens it next
+
+    app = FastAPI(title="zllm", version="0.1.0", lifespan=lifespan)
     app.state.runtime = rt  # for whoever holds the app
-    errors.install(app)
+    openapi.install(app, config.model_name, secured=bool(config.api_keys))
+    errors.install(app, lambda path: openapi.methods_at(app, path))
     app.include_router(protocol_routes(rt))
 
     @app.get("/health")

@@ -3,8 +3,9 @@ on every call, and the standard library's parser is several times slower on it.
 
 Routes built with `FastBodyRoute` parse with orjson; a body orjson refuses goes to the
 standard parser, which either takes it (what JSON allows beyond orjson: a lone surrogate
-escape, NaN, a 100-digit integer, UTF-16) or raises the same error FastAPI always turned into
-the protocol's 400. So a client sees what it saw before, only sooner; the one difference is
+escape, NaN, a 100-digit integer, UTF-16) or raises the JSONDecodeError FastAPI turns into the
+protocol's 400 (bytes in no Unicode encoding included, which the standard parser would refuse
+with a UnicodeDecodeError instead). So a client sees what it saw before, only sooner; the one difference is
 an integer past 64 bits, which orjson reads as a float (no field here takes such a value).
 """
 from __future__ import annotations
@@ -23,7 +24,11 @@ def loads(body: bytes) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
+        pass
+    try:
         return json.loads(body)
+    except UnicodeDecodeError as exc:  # bytes in no UTF: as malformed as bad JSON, and said alike
+        raise json.JSONDecodeError(f"the body is not UTF-8, -16 or -32 text ({exc.reason})", "", 0) from None
 
 
 class FastBodyRequest(Request):

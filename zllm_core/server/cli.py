@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import logging
 import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from zllm_core.model.model_names import DEFAULT_MODEL
 
@@ -72,6 +73,9 @@ def add_serve_parser(sub) -> None:
                         "protocol's error event once streaming (default: none)")
     p.add_argument("--response-store", default=default_store_path(),
                    help="SQLite file for stored responses (previous_response_id)")
+    p.add_argument("--response-store-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long storing a response waits while another process holds the "
+                        "file's write lock; past it the response fails as not stored (503)")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--loop-guard", action="store_true",
                    help="break token loops in generations (and end turns that keep looping)")
@@ -92,6 +96,8 @@ def add_serve_parser(sub) -> None:
                    help="SSD tier budget, least recently used snapshots evicted past it (default 64G)")
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS,
                    help="info logs one access line per request")
+    from zllm_core.cluster.cli import add_cluster_arguments
+    add_cluster_arguments(p)  # --replicas N: engines on Ray Serve (zllm_core/cluster)
     p.set_defaults(func=run_serve)
 
 
@@ -115,14 +121,47 @@ def configure_logging(level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The EngineConfig fields the flags set (the device aside)."""
+    options: dict[str, Any] = {"allow_long_context": args.allow_long_context}
+    if args.max_model_len:
+        options["max_model_len"] = args.max_model_len
+    for name in ("kv_cache_bytes", "max_num_seqs", "max_num_batched_tokens", "speculative_tokens"):
+        if getattr(args, name):
+            options[name] = getattr(args, name)
+    if args.ssd_cache_dir:
+        options.update(ssd_cache_dir=args.ssd_cache_dir, ssd_cache_bytes=args.ssd_cache_bytes)
+    return options
+
+
+def server_config(args: argparse.Namespace):
+    from zllm_core.server.gate import parse_api_keys
+    from zllm_core.server.runtime import ServerConfig
+    from zllm_core.server.tenant_limits import TenantQuota
+
+    return ServerConfig(
+        model_name=args.served_model_name or Path(str(args.model)).name,
+        max_output_tokens=args.max_output_tokens, max_model_len=args.max_model_len,
+        api_keys=parse_api_keys(args.api_key), max_body_bytes=args.max_body_bytes,
+        store_path=args.response_store, store_timeout=args.response_store_timeout,
+        loop_guard=args.loop_guard,
+        request_timeout=args.request_timeout,
+        tenant_quota=TenantQuota(args.max_running_per_key, args.max_queued_per_key))
+
+
 def run_serve(args: argparse.Namespace) -> int:
+    if args.replicas:
+        from zllm_core.cluster.deploy import run_cluster
+        return run_cluster(args)
     import uvicorn
 
     class _Server(uvicorn.Server):
         """On SIGTERM (or Ctrl-C) uvicorn stops listening, then waits for open responses to
         end; stopping the engine first ends every in-flight generation now, each stream with
-        its protocol's error event (503 `shutting_down`), and the engine's close then backs
-        its prefix state up to the SSD tier."""
+        its protocol's error event (503 `shutting_down`). The engine's shutdown then backs its
+        prefix state up to the SSD tier, inside the signal capture: once serving ends, uvicorn
+        re-raises the signal it caught, and with the default handler back that kills the
+        process on the spot."""
 
         def __init__(self, config: uvicorn.Config, engine: Any):
             super().__init__(config)
@@ -132,36 +171,26 @@ def run_serve(args: argparse.Namespace) -> int:
             self.engine.stop()
             super().handle_exit(sig, frame)
 
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                try:
+                    yield
+                finally:
+                    self.engine.shutdown()
+
     from zllm_core.engine.async_engine import AsyncEngine
     from zllm_core.engine.device import describe_device, resolve_device
     from zllm_core.model.model_names import resolve_model
     from zllm_core.server.app import create_app
-    from zllm_core.server.gate import parse_api_keys
     from zllm_core.server.prompt import PromptBuilder
-    from zllm_core.server.runtime import ServerConfig
-    from zllm_core.server.tenant_limits import TenantQuota
 
     device = resolve_device(args.device)
-    quota = TenantQuota(args.max_running_per_key, args.max_queued_per_key)  # refused before the load
+    config = server_config(args)  # a bad quota is refused before the load
     sock = bind(args.host, args.port)
     configure_logging(args.log_level)
-    engine_config = {"device": device, "allow_long_context": args.allow_long_context}
-    if args.max_model_len:
-        engine_config["max_model_len"] = args.max_model_len
-    for name in ("kv_cache_bytes", "max_num_seqs", "max_num_batched_tokens", "speculative_tokens"):
-        if getattr(args, name):
-            engine_config[name] = getattr(args, name)
-    if args.ssd_cache_dir:
-        engine_config.update(ssd_cache_dir=args.ssd_cache_dir, ssd_cache_bytes=args.ssd_cache_bytes)
     model_dir = resolve_model(args.model)  # once: for zllm-demo it checks 160 MB of hashes
-    engine = AsyncEngine.from_model(str(model_dir), **engine_config)
-    config = ServerConfig(
-        model_name=args.served_model_name or Path(str(args.model)).name,
-        max_output_tokens=args.max_output_tokens, max_model_len=args.max_model_len,
-        api_keys=parse_api_keys(args.api_key), max_body_bytes=args.max_body_bytes,
-        store_path=args.response_store, loop_guard=args.loop_guard,
-        request_timeout=args.request_timeout,
-        tenant_quota=quota)
+    engine = AsyncEngine.from_model(str(model_dir), device=device, **engine_options(args))
     prompts = PromptBuilder.from_model_dir(model_dir, engine.tokenizer, args.tool_dialect)
     app = create_app(engine, prompts, config)
     host, port = sock.getsockname()[:2]
@@ -171,8 +200,5 @@ def run_serve(args: argparse.Namespace) -> int:
     # log_config=None: uvicorn logs through the handler configured above; access lines are ours.
     server = _Server(uvicorn.Config(app, log_level=args.log_level, log_config=None,
                                     access_log=False, ws="websockets-sansio"), engine)
-    try:
-        server.run(sockets=[sock])
-    finally:
-        engine.shutdown()
+    server.run(sockets=[sock])  # shuts the engine down however serving ends
     return 0

@@ -6,7 +6,7 @@ OpenAI clients read `{"error": {message, type, param, code}}`; Anthropic clients
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -34,6 +34,9 @@ def is_anthropic(path: str) -> bool:
 def error_body(path: str, status: int, message: str, param: str | None = None,
                code: str | None = None) -> dict[str, Any]:
     if is_anthropic(path):
+        # Anthropic's shape has no `param`: its messages lead with the field, as its API's do.
+        if param and param not in message:
+            message = f"{param}: {message}"
         return {"type": "error",
                 "error": {"type": ANTHROPIC_TYPES.get(status, "invalid_request_error"),
                           "message": message}}
@@ -83,16 +86,23 @@ def route_error(path: str, exc: RequestError | RequestValidationError | HTTPExce
     """The protocol's error response for one of ROUTE_ERRORS: the routes answer their own, so
     an app of the caller's that mounts them gives SDKs the shapes they parse."""
     if isinstance(exc, RequestValidationError):
-        exc = validation_error(exc)
-    elif isinstance(exc, HTTPException):
-        exc = RequestError(str(exc.detail), status=exc.status_code)
+        return error_response(path, validation_error(exc))
+    if isinstance(exc, HTTPException):  # its headers stay: a 405 lists the methods in `Allow`
+        response = error_response(path, RequestError(str(exc.detail), status=exc.status_code))
+        response.headers.update(exc.headers or {})
+        return response
     return error_response(path, exc)
 
 
-def install(app: FastAPI) -> None:
-    """The app's own errors (no such path, a method it lacks, a bug outside a route)."""
+def install(app: FastAPI, methods_at: Callable[[str], list[str]] | None = None) -> None:
+    """The app's own errors (no such path, a method it lacks, a bug outside a route).
+    `methods_at(path)` lists the methods a path takes, for a 405's `Allow`: Starlette's names
+    only one route's, and a path may have several."""
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        allowed = methods_at(request.url.path) if exc.status_code == 405 and methods_at else None
+        if allowed:  # else Starlette's own (a path the document does not list)
+            exc.headers = {**(exc.headers or {}), "Allow": ", ".join(allowed)}
         return route_error(request.url.path, exc)
 
     @app.exception_handler(Exception)

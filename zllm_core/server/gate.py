@@ -11,9 +11,10 @@ from typing import Any, Awaitable, Callable
 
 from starlette.exceptions import HTTPException
 
+from zllm_core.protocols import message_memo
 from zllm_core.server.errors import error_body
 
-OPEN_PATHS = ("/health", "/metrics", "/metrics.json")  # counts only: no tenant's data
+OPEN_PATHS = ("/health", "/metrics", "/metrics.json", "/openapi.json")  # no tenant's data
 
 
 def tenant_for(key: str) -> str:
@@ -58,6 +59,7 @@ class Gate:
         if tenant is None and scope["path"] not in OPEN_PATHS:
             return await self._reject(scope, send, 401, "missing or invalid API key")
         scope.setdefault("state", {})["tenant"] = tenant or ""
+        message_memo.scope.set(tenant or "")  # resent histories are remembered per tenant
         if scope["type"] == "http":
             _read_body_as_json(scope)
             if int(headers.get("content-length") or 0) > self.max_body_bytes:

@@ -250,13 +250,14 @@ async def collect(events: AsyncIterator[Union[OutputEvent, Finish]]
     raise RuntimeError("generation ended without a Finish event")
 
 
-async def encoded(encoder: Any, events: AsyncIterator[Union[OutputEvent, Finish]]
-                  ) -> AsyncIterator[dict[str, Any]]:
+async def encoded(encoder: Any, events: AsyncIterator[Union[OutputEvent, Finish]],
+                  errors_in_stream: bool = True) -> AsyncIterator[dict[str, Any]]:
     """A protocol encoder (start / event / finish / error) run over a generation's events.
 
     The opening payloads wait for the first event, so a request the engine refuses fails
     before anything is sent; a failure after that, ours included (a parser bug), becomes the
-    protocol's in-stream error, so every stream ends with its closing event.
+    protocol's in-stream error, so every stream ends with its closing event. Without
+    ``errors_in_stream`` (a whole response built from the payloads) it is raised instead.
     """
     started = False
     try:
@@ -272,4 +273,6 @@ async def encoded(encoder: Any, events: AsyncIterator[Union[OutputEvent, Finish]
         if not isinstance(exc, RequestError):
             log.exception("generation failed mid-stream")
             exc = RequestError("internal server error", status=500, code="internal_error")
+        if not errors_in_stream:
+            raise exc from None
         yield encoder.error(exc)

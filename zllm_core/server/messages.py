@@ -9,7 +9,6 @@ from zllm_core.protocols import anthropic_messages as am
 from zllm_core.protocols.canonical import new_id
 from zllm_core.server.body import FastBodyRoute
 from zllm_core.server.disconnect import for_client
-from zllm_core.server.disconnect import for_client
 from zllm_core.server.generation import collect, encoded
 from zllm_core.server.runtime import runtime
 from zllm_core.server.sse import event_frame, primed, sse_response

@@ -14,6 +14,7 @@ import jinja2
 import numpy as np
 
 from zllm_core.dialects import ChatTemplate, DsmlPrompt, StreamParser, prompt_for
+from zllm_core.dialects.incremental_render import IncrementalRenderer, Rendered
 from zllm_core.fence.grammar import FenceVocab
 from zllm_core.protocols.canonical import CanonicalRequest, RequestError
 from zllm_core.tokenizer.conversation import ConversationTokenizer
@@ -30,12 +31,13 @@ class Prompt:
 
 
 class PromptBuilder:
-    """Renders with the model's template; tokenizes incrementally, so a conversation that
-    resends its whole context costs the appended text plus a window, not the context."""
+    """Renders with the model's template and tokenizes, both incrementally: a conversation that
+    resends its whole context costs its new messages and text plus a window, not the context."""
 
     def __init__(self, template: ChatTemplate | DsmlPrompt, tokenizer: Any,
                  session_budget_bytes: int = 512 << 20):
         self.template = template
+        self.renderer = IncrementalRenderer(template)
         self.tokens = IncrementalTokenizer(tokenizer, budget_bytes=session_budget_bytes, allowed_special="all")
         self.conversations = ConversationTokenizer(self.tokens)
 
@@ -45,7 +47,8 @@ class PromptBuilder:
         return cls(prompt_for(model_dir, dialect), tokenizer)
 
     def metrics(self) -> dict[str, float]:
-        return {**self.tokens.metrics(), **self.conversations.metrics()}
+        rendered = {f"render_{k}": v for k, v in vars(self.renderer.stats).items()}
+        return {**self.tokens.metrics(), **self.conversations.metrics(), **rendered}
 
     def token_bytes(self, token_id: int) -> bytes:
         return self.tokens.tokenizer.token_bytes(token_id)
@@ -58,10 +61,14 @@ class PromptBuilder:
         """What this tokenizer's fences walk over; `end_ids` end a turn (the model's EOS)."""
         return FenceVocab.for_tokenizer(self.tokens.tokenizer, end_ids, tags)
 
-    def render(self, req: CanonicalRequest) -> str:
+    def render(self, req: CanonicalRequest, scope: str = "") -> str:
+        """The prompt text exactly as the model's template renders the request."""
+        return self._rendered(req, scope).text
+
+    def _rendered(self, req: CanonicalRequest, scope: str) -> Rendered:
         extra = {} if req.thinking is None else {"enable_thinking": req.thinking}
         try:
-            return self.template.render(req.messages, req.tools, add_generation_prompt=True, **extra)
+            return self.renderer.render(req.messages, req.tools, scope, **extra)
         except jinja2.exceptions.TemplateError as exc:
             # The template's raise_exception refuses a conversation the model cannot take
             # (roles out of order, no user turn): the client's request, not our failure.
@@ -70,11 +77,12 @@ class PromptBuilder:
 
     def build(self, req: CanonicalRequest, scope: str = "") -> Prompt:
         """`scope` (the tenant) keeps tokenizer sessions apart like the prefix cache's."""
-        text = self.render(req)
+        rendered = self._rendered(req, scope)
+        text = rendered.text
         # The cache key (prompt_cache_key, a response chain) finds the conversation directly;
         # without one the longest stored text prefix does. Its recorded ids are reused where
         # the text is resent verbatim; the rest equals a full encode.
-        ids = self.conversations.encode(text, scope, key=req.cache_key)
+        ids = self.conversations.encode(text, scope, key=req.cache_key, prefix=rendered.prefix)
         return Prompt(text, ids.ids, self.template.dialect.starts_in_reasoning(text), ids.conversation,
                       ids.session)
 

@@ -6,6 +6,7 @@ with so a later turn (or a restarted server) can continue it.
 """
 from __future__ import annotations
 
+import asyncio
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
@@ -21,6 +22,7 @@ from zllm_core.server.runtime import Runtime, runtime
 from zllm_core.server.sse import event_frame, primed, sse_response
 
 router = APIRouter(route_class=FastBodyRoute)
+CLOSING = ("response.completed", "response.incomplete")  # a response to store
 # A WebSocket keeps its latest turns for store: false continuations; agents continue the last.
 RECENT_TURNS = 8
 
@@ -30,7 +32,7 @@ class ResponseTurn:
                  recent: dict[str, StoredResponse] | None = None):
         rt.check_model(req.model)
         self.rt, self.req, self.tenant, self.recent = rt, req, tenant, recent
-        previous = self._previous()
+        previous = self.previous = self._previous()
         id = new_id("resp_")
         # A chain keeps its first response's id as its cache key, across turns and restarts.
         chain_key = previous.cache_key if previous and previous.cache_key else id
@@ -49,27 +51,38 @@ class ResponseTurn:
                                code="previous_response_not_found")
         return record
 
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
-        """Admission comes first, before any payload, so its errors stay plain HTTP errors."""
+    async def events(self, stream: bool = True) -> AsyncIterator[dict[str, Any]]:
+        """Admission comes first, before any payload, so its errors stay plain HTTP errors.
+        A response is stored before its closing event: a client told it completed can
+        continue it. A failure after the first payload is the stream's error event, or,
+        not streaming, raised."""
         seen: list[Any] = []
         admitted = await self.rt.generation.admit(self.canonical, self.tenant)
         generation = self.rt.generation.stream(admitted, self.encoder.id)
-        async for payload in encoded(self.encoder, _gathered(generation, seen)):
+        async for payload in encoded(self.encoder, _gathered(generation, seen), errors_in_stream=stream):
+            if payload["type"] in CLOSING:
+                try:
+                    await self._remember(ParsedOutput.fold(seen))
+                except RequestError as exc:  # the store failed: not stored, and the client is told
+                    if not stream:
+                        raise
+                    yield self.encoder.error(exc)
+                    return
             yield payload
-        if self.encoder.status != "in_progress":
-            self._remember(ParsedOutput.fold(seen))
 
-    def _remember(self, out: ParsedOutput) -> None:
+    async def _remember(self, out: ParsedOutput) -> None:
         # Instructions are per request: a continuation does not inherit them.
         history = self.canonical.messages[1 if self.req.instructions else 0:]
-        record = StoredResponse(self.encoder.id, self.encoder.response(),
-                                history + [out.message()], self.canonical.cache_key)
+        parent = self.previous
+        record = StoredResponse(self.encoder.id, self.encoder.response(), history + [out.message()],
+                                self.canonical.cache_key, parent.id if parent else None,
+                                len(parent.messages) if parent else 0)
+        if self.req.store is not False:  # off the loop: it may wait for another process's lock
+            await asyncio.to_thread(self.rt.store.put, self.tenant, record)
         if self.recent is not None:
             self.recent[record.id] = record
             while len(self.recent) > RECENT_TURNS:
                 del self.recent[next(iter(self.recent))]
-        if self.req.store is not False:
-            self.rt.store.put(self.tenant, record)
 
 
 async def _gathered(events: AsyncIterator[Any], seen: list[Any]) -> AsyncIterator[Any]:
@@ -88,9 +101,8 @@ async def create_response(body: orr.ResponsesRequest, request: Request) -> Any:
 
 
 async def _whole(turn: ResponseTurn) -> dict[str, Any]:
-    async for payload in turn.events():
-        if payload["type"] == "error":
-            raise RequestError(payload["message"], status=500, code=payload["code"])
+    async for _ in turn.events(stream=False):
+        pass
     return turn.encoder.response()
 
 
@@ -114,6 +126,6 @@ async def get_response(response_id: str, request: Request) -> dict[str, Any]:
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
-    if not runtime(request).store.delete(request.state.tenant, response_id):
+    if not await asyncio.to_thread(runtime(request).store.delete, request.state.tenant, response_id):
         raise _not_found(response_id)
     return {"id": response_id, "object": "response", "deleted": True}

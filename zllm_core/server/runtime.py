@@ -12,7 +12,7 @@ from zllm_core.protocols.canonical import RequestError
 from zllm_core.server.generation import Generate, Generation, Limits
 from zllm_core.server.metrics import ServerMetrics
 from zllm_core.server.prompt import PromptBuilder
-from zllm_core.server.response_store import ResponseStore
+from zllm_core.server.response_store import BUSY_SECONDS, ResponseStore
 from zllm_core.server.tenant_limits import TenantQuota
 
 
@@ -27,6 +27,7 @@ class ServerConfig:
     loop_guard: bool = False  # break repetition loops (fence/guard.py), ending turns that keep looping
     request_timeout: float | None = None  # seconds from arrival to the last token
     tenant_quota: TenantQuota = TenantQuota()  # generations per API key at once, and waiting
+    store_timeout: float = BUSY_SECONDS  # seconds a store write waits for another process's lock
 
 
 @dataclass
@@ -53,7 +54,8 @@ class Runtime:
         guard = GuardConfig() if config.loop_guard else None
         limits = Limits(max_model_len, config.max_output_tokens, guard, config.request_timeout,
                         config.tenant_quota)
-        return cls(config, Generation(generate, end_ids, prompts, limits, metrics), ResponseStore(config.store_path))
+        return cls(config, Generation(generate, end_ids, prompts, limits, metrics),
+                   ResponseStore(config.store_path, config.store_timeout))
 
     def bind(self, conn: HTTPConnection) -> None:
         """A route dependency: this runtime for the request's routes, whichever app mounts them.

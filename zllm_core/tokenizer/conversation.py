@@ -53,53 +53,59 @@ class ConversationTokenizer:
         self.tokens = tokens
         self.stats = ExactStats()
 
-    def encode(self, text: str, scope: str = "", key: str | None = None) -> ConversationIds:
+    def encode(self, text: str, scope: str = "", key: str | None = None,
+               prefix: str | None = None) -> ConversationIds:
+        """`prefix`: a string object `text` is known to start with (the previous prompt it was
+        rendered from), which proves recorded spans by identity instead of by comparison."""
         session = self.tokens.find(text, scope, key)
         spans = session.spans if session is not None else ExactSpans()
-        span = spans.longest_prefix_of(text)
-        self._check_near_miss(spans, span, text)
+        span = spans.longest_prefix_of(text, prefix)
+        self._check_near_miss(spans, span, text, prefix)
         if span is None:
             ids, session = self.tokens.encode_session(text, scope, key)
         else:
             ids = self._extend(span, text)
             self.stats.hits += 1
             self.stats.tokens += len(span.ids)
-        self.tokens.add_span(session.id, Span(text, ids))
+        self.tokens.add_span(session.id, Span(ids, text))
         return ConversationIds(ids, key or f"{_PROCESS}-{session.id}", session.id,
-                               len(span.text) if span is not None else 0)
+                               len(span) if span is not None else 0)
 
     def record(self, session: int, prompt_text: str, prompt_ids: np.ndarray, generated: np.ndarray) -> None:
         """The model answered a prompt of `session` with `generated`: the span of both, under
         the text those ids decode to, which a resent history must contain verbatim to use them."""
-        text = prompt_text + self.tokens.tokenizer.decode(generated.tolist())
+        answer = self.tokens.tokenizer.decode(generated.tolist())
         ids = np.concatenate((prompt_ids, generated.astype(prompt_ids.dtype, copy=False)))
-        self.tokens.add_span(session, Span(text, _frozen(ids)))
+        self.tokens.add_span(session, Span(_frozen(ids), prompt_text, answer))
 
     def metrics(self) -> dict[str, int]:
         s = self.stats
         return {"exact_hits": s.hits, "exact_tokens": s.tokens, "exact_near_misses": s.near_misses}
 
     def _extend(self, span: Span, text: str) -> np.ndarray:
-        rest = text[len(span.text):]
+        rest = text[len(span):]
         if not rest:
             return span.ids
         tail = self.tokens.encode_alone(rest)
         return _frozen(np.concatenate((span.ids, tail.astype(span.ids.dtype, copy=False))))
 
-    def _check_near_miss(self, spans: ExactSpans, used: Span | None, text: str) -> None:
+    def _check_near_miss(self, spans: ExactSpans, used: Span | None, text: str, prefix: str | None) -> None:
         """Logs a recorded span longer than the one used that the text forks from: the client
         resent an earlier answer differently (and its ids are tokenized anew)."""
-        longest = max(spans.spans, key=lambda s: len(s.text), default=None)
-        if longest is None or longest is used or longest.text.startswith(text):
+        longest = max(spans.spans, key=len, default=None)
+        if longest is None or longest is used or longest.extends(text):
             return  # a retry of an earlier prompt
-        floor = max(len(used.text) if used is not None else 0, math.ceil(NEAR_MISS_FRACTION * len(longest.text)))
-        if not text.startswith(longest.text[:floor]):
-            return  # another branch or another conversation: one compare, no search
-        at = _common_prefix(longest.text, text)
+        if prefix is not None and longest.base is prefix:  # text and the span share `prefix`: compare their rest
+            at = len(prefix) + _common_prefix(longest.tail, text[len(prefix):])
+        else:
+            floor = max(len(used) if used is not None else 0, math.ceil(NEAR_MISS_FRACTION * len(longest)))
+            if not text.startswith(longest.text[:floor]):
+                return  # another branch or another conversation: one compare, no search
+            at = _common_prefix(longest.text, text)
         self.stats.near_misses += 1
         log.warning("exact-history near-miss at character %d of a %d-character recorded turn "
                     "(the tail is tokenized anew): request has %r, recorded has %r",
-                    at, len(longest.text), text[max(0, at - 16):at + 16], longest.text[max(0, at - 16):at + 16])
+                    at, len(longest), text[max(0, at - 16):at + 16], longest.text[max(0, at - 16):at + 16])
 
 
 def _common_prefix(a: str, b: str) -> int:

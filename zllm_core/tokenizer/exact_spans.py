@@ -7,7 +7,10 @@ tokens a few tokens before the previous turn's end, and the prefix cache would m
 there. So a conversation keeps its last few spans -- a text and the exact ids that stood for
 it -- and a prompt whose rendered text begins with a span's text takes that span's ids.
 The text decides, never the ids: a span is used only when the rendered text starts with it
-verbatim.
+verbatim. That is proven by comparing the texts, or, when the caller built the text by
+extending a string object a span was recorded with (`prefix`, the renderer's previous prompt),
+by identity: then only the part after that object is compared, so a resent megabyte of
+history costs nothing here.
 """
 from __future__ import annotations
 
@@ -21,12 +24,44 @@ KEPT_SPANS = 4  # a prompt and its generation per turn: a conversation's last tw
 
 @dataclass(frozen=True)
 class Span:
-    text: str  # as rendered (before the tokenizer's normalization)
-    ids: np.ndarray  # uint32, read-only: what the model saw for `text`
+    """A text and the exact ids that stood for it. The text is `base` then `tail`: a prompt
+    alone, or a prompt (the very string object recorded for it) and what was generated after
+    it, kept apart so a megabyte of history is never copied to record an answer."""
+
+    ids: np.ndarray  # uint32, read-only: what the model saw for the text
+    base: str  # as rendered (before the tokenizer's normalization)
+    tail: str = ""
+
+    def __len__(self) -> int:
+        return len(self.base) + len(self.tail)
+
+    @property
+    def text(self) -> str:
+        return self.base + self.tail  # diagnostics only: a copy
+
+    def begins(self, text: str, prefix: str | None = None) -> bool:
+        """Whether `text` starts with this span's text; `prefix`, if given, is a string object
+        `text` is known to start with."""
+        if self.base is not prefix:
+            return text.startswith(self.base) and text.startswith(self.tail, len(self.base))
+        return text.startswith(self.tail, len(self.base))
+
+    def extends(self, text: str) -> bool:
+        """Whether this span's text starts with `text`."""
+        if len(text) <= len(self.base):
+            return self.base.startswith(text)
+        return text.startswith(self.base) and self.tail.startswith(text[len(self.base):])
+
+    def same(self, other: "Span") -> bool:
+        """Whether the two texts are equal, compared piece by piece (never joined)."""
+        a, b = (self, other) if len(self.base) <= len(other.base) else (other, self)
+        k = len(b.base) - len(a.base)  # b's base is a's base and then a's tail's first k
+        return (len(a) == len(b) and b.base.startswith(a.base) and b.base.startswith(a.tail[:k], len(a.base))
+                and a.tail.startswith(b.tail, k))
 
     @property
     def nbytes(self) -> int:
-        return sys.getsizeof(self.text) + self.ids.nbytes
+        return sys.getsizeof(self.base) + sys.getsizeof(self.tail) + self.ids.nbytes
 
 
 @dataclass(frozen=True)
@@ -37,14 +72,14 @@ class ExactSpans:
     spans: tuple[Span, ...] = ()
 
     def with_span(self, span: Span, kept: int = KEPT_SPANS) -> "ExactSpans":
-        older = tuple(s for s in self.spans if s.text != span.text)  # a resent prompt replaces itself
+        older = tuple(s for s in self.spans if not s.same(span))  # a resent prompt replaces itself
         return ExactSpans((*older, span)[-kept:])
 
-    def longest_prefix_of(self, text: str) -> Span | None:
-        """The longest span `text` begins with verbatim (str.startswith: a memcmp a span tried;
-        a continuing conversation matches the first one tried, its last generation)."""
-        for span in sorted(self.spans, key=lambda s: len(s.text), reverse=True):
-            if text.startswith(span.text):
+    def longest_prefix_of(self, text: str, prefix: str | None = None) -> Span | None:
+        """The longest span `text` begins with verbatim (a continuing conversation matches the
+        first one tried, its last generation); `prefix` as in `Span.begins`."""
+        for span in sorted(self.spans, key=len, reverse=True):
+            if span.begins(text, prefix):
                 return span
         return None
 

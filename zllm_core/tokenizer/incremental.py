@@ -14,6 +14,9 @@ token streams must also agree on every token between the window start and the la
 boundary before the divergence. With no provable boundary in the window W doubles, up to
 `max_doublings` times, then the whole text is tokenized. Special tokens are boundaries the
 proof accounts for. A sampled shadow verifier re-checks results against the reference.
+Whole-text tokenization (a cold session, a fallback) runs on the tokenizer's GPU path where it
+takes the text, and an append too large for a cheap repair goes there whole when that is
+faster (device_route.py); the session adopts the result.
 
 Result: the tokens of `Tokenizer.encode(text, allowed_special=...)`, always.
 """
@@ -35,7 +38,8 @@ WINDOW_CHARS = 512
 MAX_DOUBLINGS = 5
 # Appends longer than this go straight to full tokenization. On CPU the repair only ever adds
 # a window to the append's own work, so there is no crossover to measure against a CPU full
-# path (bench/tokenize_incremental.py --router shows it); None keeps every call incremental.
+# path (bench/tokenize_incremental.py --router shows it); None leaves the choice to the
+# tokenizer's GPU route (a large append goes whole to the device when that is faster).
 ROUTE_FULL_AFTER: int | None = None
 FORK_TAIL_FRACTION = 16  # a call forks its session when it discards more than this part
 _NO_BOUNDARY, _DISAGREE, _MOVED = -1, -2, -3  # outcomes of _native.repair (csrc/incremental.cpp)
@@ -140,10 +144,10 @@ class IncrementalTokenizer:
         }
 
     # ---- paths
-    def _cold(self, scope: str, text: str) -> Session:
+    def _cold(self, scope: str, text: str, routed: bool = False) -> Session:
         self.stats.cold += 1
         text = self._repaired(text, 0)
-        session = Session(scope, _native.SessionText(text), _native.encode_tail(self._core, self._policy, text))
+        session = Session(scope, _native.SessionText(text), self._full(text, routed))
         self.store.add(session, None, text)
         return session
 
@@ -161,7 +165,7 @@ class IncrementalTokenizer:
         turned out wrong, before anything changed."""
         text, diverged, pending = self._shared_prefix(session, text, divergence)
         old_len, new_len = len(session.text), len(text)
-        routed = self.route_full_after is not None and new_len - diverged > self.route_full_after
+        routed = self._routes_full(new_len, new_len - diverged)
         # A call that discards much of its session decides from the proven divergence: it forks
         # the session, and a keyed one first looks for a session sharing more. The old text
         # may be another conversation's (keyless, or a key naming a user rather than a
@@ -183,7 +187,7 @@ class IncrementalTokenizer:
                 return self._continue(other, text, keyless=True)
         if routed:
             self.stats.routed_full += 1
-            return self._restart(session, text, discards)
+            return self._restart(session, text, discards, routed=True)
         return self._repair(session, text, diverged, discards, pending)
 
     def _sharing_more(self, session: Session, text: str, diverged: int) -> Session | None:
@@ -242,18 +246,34 @@ class IncrementalTokenizer:
             return repair_surrogates(text)
         return text
 
-    def _restart(self, session: Session, text: str, forked: bool) -> Session:
+    def _restart(self, session: Session, text: str, forked: bool, routed: bool = False) -> Session:
         """Full tokenization, kept in `session` (or a new one beside it for a fork)."""
         if forked:
-            return self._cold(session.scope, text)
-        session.tokens = _native.encode_tail(self._core, self._policy, text)
+            return self._cold(session.scope, text, routed)
+        session.tokens = self._full(text, routed)
         session.text.replace_from(text, 0)
         self.store.reindex(session, text, 0)
         return session
 
+    def _routes_full(self, chars: int, appended: int) -> bool:
+        """Whether an append goes to full tokenization: over `route_full_after` when set, else
+        when the tokenizer's GPU route does the whole text faster than a repair."""
+        if self.route_full_after is not None:
+            return appended > self.route_full_after
+        self.tokenizer.device_route(chars)  # looks for a device on first use
+        route = self.tokenizer.device
+        return route is not None and route.prefers_full(chars, appended, self.window)
+
+    def _full(self, text: str, routed: bool) -> _native.TokenRun:
+        """The whole text's tokens: on the GPU if its route takes the text (or `routed` sent an
+        append there), else on the CPU."""
+        route = self.tokenizer.device if routed else self.tokenizer.device_route(len(text))
+        run = route.encode_run(text, self._policy) if route is not None else None
+        return run if run is not None else _native.encode_tail(self._core, self._policy, text)
+
     # ---- shadow
     def _reference(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, allowed_special=self._allowed)
+        return self.tokenizer.cpu_encode(text, self._policy)
 
     def _invalidate(self, mismatch: Mismatch) -> None:
         with self._lock:

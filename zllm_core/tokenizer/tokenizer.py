@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import unicodedata
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import AbstractSet, Literal
+from typing import TYPE_CHECKING, AbstractSet, Literal
 
 import numpy as np
 
@@ -18,7 +19,11 @@ from zllm_core.tokenizer.rules import Rules, UnsupportedTokenizer
 from zllm_core.tokenizer.unspellable import unspellable_pattern
 from zllm_core.tokenizer.vocabulary import Vocabulary, load_family
 
+if TYPE_CHECKING:
+    from zllm_core.tokenizer.device_route import DeviceRoute
+
 SpecialSet = AbstractSet[str] | Literal["all"]
+DEVICE_FLOOR_CHARS = 4096  # shorter texts never ask for the GPU path (device_route.py)
 
 
 class Tokenizer:
@@ -30,6 +35,7 @@ class Tokenizer:
         self.special_tokens: dict[str, int] = dict(vocab.special_tokens)
         self.vocab_size: int = max(len(vocab.tokens), max(self.special_tokens.values(), default=-1) + 1)
         self._normalizer = vocab.normalizer
+        self.merges = vocab.merges  # what the GPU tokenizer builds its merge table from (empty: tiktoken ranks)
         self._unspellable = unspellable_pattern(vocab.tokens)
         self._core = _native.TokenizerCore(
             tokens=vocab.tokens,
@@ -41,6 +47,11 @@ class Tokenizer:
         id_to_special = {i: s for s, i in self.special_tokens.items()}
         self._special_order = [id_to_special[i] for i in self._core.special_order()]
         self._policies: dict[tuple[frozenset, frozenset], _native.SpecialPolicy] = {}
+        # The GPU full path (device_route.py): looked for on the first text of DEVICE_FLOOR_CHARS
+        # or more, and found only where a CUDA device is present.
+        self._device: DeviceRoute | None = None
+        self._device_probed = False
+        self._device_lock = threading.Lock()
 
     # ---- constructors
     @classmethod
@@ -75,28 +86,65 @@ class Tokenizer:
     def encode(self, text: str, *, allowed_special: SpecialSet = frozenset(),
                disallowed_special: SpecialSet = "all") -> list[int]:
         policy = self.special_policy(allowed_special, disallowed_special)
-        return self._native_call(self._core.encode, text, policy)
+        route = self.device_route(len(text))
+        ids = route.encode(text, policy) if route is not None else None
+        return ids.tolist() if ids is not None else self._native_call(self._core.encode, text, policy)
 
     def encode_to_numpy(self, text: str, *, allowed_special: SpecialSet = frozenset(),
                         disallowed_special: SpecialSet = "all") -> np.ndarray:
         """`encode`'s ids as a uint32 array, without a Python int per token (as tiktoken's)."""
         policy = self.special_policy(allowed_special, disallowed_special)
-        return self._native_call(self._core.encode_array, text, policy)
+        route = self.device_route(len(text))
+        ids = route.encode(text, policy) if route is not None else None
+        return ids if ids is not None else self._native_call(self._core.encode_array, text, policy)
 
     def count(self, text: str, *, allowed_special: SpecialSet = frozenset(),
               disallowed_special: SpecialSet = "all") -> int:
         policy = self.special_policy(allowed_special, disallowed_special)
-        return self._native_call(self._core.count, text, policy)
+        route = self.device_route(len(text))
+        ids = route.encode(text, policy) if route is not None else None
+        return len(ids) if ids is not None else self._native_call(self._core.count, text, policy)
 
     def encode_batch(self, texts: Sequence[str], *, allowed_special: SpecialSet = frozenset(),
                      disallowed_special: SpecialSet = "all", num_threads: int | None = None) -> list[list[int]]:
         policy = self.special_policy(allowed_special, disallowed_special)
+        route = self.device_route(sum(len(t) for t in texts))
+        batch = route.encode_batch(list(texts), policy) if route is not None else None
+        if batch is not None:
+            return [ids.tolist() for ids in batch]
         texts = [self.normalize(t) for t in texts]
         threads = num_threads or os.cpu_count() or 1
         try:
             return self._core.encode_batch(texts, policy, threads)
         except UnicodeEncodeError:
             return self._core.encode_batch([repair_surrogates(t) for t in texts], policy, threads)
+
+    def cpu_encode(self, text: str, policy: _native.SpecialPolicy, as_array: bool = False) -> list[int] | np.ndarray:
+        """`encode` (or, as_array, `encode_to_numpy`) on the CPU path whatever the size: the
+        reference the GPU path is checked by."""
+        return self._native_call(self._core.encode_array if as_array else self._core.encode, text, policy)
+
+    def device_route(self, chars: int) -> DeviceRoute | None:
+        """The GPU full path if it takes a text of `chars` characters (see device_route.py)."""
+        if chars < DEVICE_FLOOR_CHARS:
+            return None
+        if not self._device_probed:
+            with self._device_lock:
+                if not self._device_probed:
+                    from zllm_core.tokenizer.device_route import attach  # it imports this module
+                    self._device = attach(self)
+                    self._device_probed = True
+        route = self._device
+        return route if route is not None and route.wants(chars) else None
+
+    def attach_device(self, route: DeviceRoute | None) -> None:
+        """Uses `route` for the GPU full path (None: the CPU path only), instead of looking."""
+        self._device, self._device_probed = route, True
+
+    @property
+    def device(self) -> DeviceRoute | None:
+        """The GPU full path attached so far (None: not looked for yet, or none)."""
+        return self._device
 
     def pieces(self, text: str) -> list[str]:
         """The pre-tokenizer's pieces of ordinary text (special strings are not split out)."""
