@@ -9,7 +9,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 PROMPT ?= Write a haiku about caches.
 
-.PHONY: setup serve generate test
+.PHONY: setup serve generate test postgres-server
 
 setup: $(STAMP)
 
@@ -37,5 +37,16 @@ serve: setup
 generate: setup
 	$(VENV)/bin/zllm generate --model $(MODEL) "$(PROMPT)"
 
-test: setup
+# The response store's PostgreSQL tests start a server of the machine's own installation
+# (Debian's postgresql); where it is missing and apt can install it, it is installed once.
+test: setup postgres-server
 	$(PY) -m pytest -q -x --durations=15
+
+postgres-server:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
+	  { echo "==> PostgreSQL server (Debian's postgresql, for the response store's tests)"; \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null || \
+	      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	        --no-install-recommends postgresql >/dev/null; } || echo "not installed: those tests skip"; \
+	    else echo "not installed (needs root and apt): those tests skip"; fi; }

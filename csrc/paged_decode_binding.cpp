@@ -1,6 +1,7 @@
-// Python entry points of the paged decode kernels: raw pointers, element strides and (for
-// CUDA) a stream handle, so the extension never links against libtorch.  The CPU kernel is
-// always registered; the CUDA launch only in builds that compiled csrc/*.cu (ZLLM_WITH_CUDA).
+// Python entry points of the paged attention kernels: raw pointers, element strides and (for
+// CUDA) a stream handle, so the extension never links against libtorch.  The CPU kernels
+// (decode, prefill) are always registered; the CUDA decode launch only in builds that
+// compiled csrc/*.cu (ZLLM_WITH_CUDA).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "paged_decode.h"
+#include "paged_prefill.h"
 
 namespace py = pybind11;
 
@@ -66,6 +68,18 @@ void decode_cpu(const Pointers& p, const Sizes& n, const Strides& s, float scale
   if (err) throw std::invalid_argument(std::string("paged_decode_cpu: ") + err);
 }
 
+void prefill_cpu(const Pointers& p, const Sizes& n, const Strides& s, std::uintptr_t query_start_loc,
+                 int num_tokens, float scale_log2, int num_threads) {
+  const PagedPrefillArgs a{unpack(p, n, s, scale_log2), reinterpret_cast<const int32_t*>(query_start_loc),
+                           num_tokens};
+  const char* err;
+  {
+    py::gil_scoped_release release;
+    err = paged_prefill_cpu(a, num_threads);
+  }
+  if (err) throw std::invalid_argument(std::string("paged_prefill_cpu: ") + err);
+}
+
 #ifdef ZLLM_WITH_CUDA
 void decode_cuda(const Pointers& p, const Sizes& n, const Strides& s, float scale_log2,
                  std::uintptr_t stream) {
@@ -81,6 +95,9 @@ void register_paged_decode(py::module_& m) {
   m.def("paged_decode_cpu", &decode_cpu, py::arg("pointers"), py::arg("sizes"), py::arg("strides"),
         py::arg("scale_log2"), py::arg("num_threads"),
         "Paged decode attention on the CPU (field order: see csrc/paged_decode_binding.cpp).");
+  m.def("paged_prefill_cpu", &prefill_cpu, py::arg("pointers"), py::arg("sizes"), py::arg("strides"),
+        py::arg("query_start_loc"), py::arg("num_tokens"), py::arg("scale_log2"), py::arg("num_threads"),
+        "Paged prefill attention on the CPU: variable-length chunks, batch = sequences, q rows = tokens.");
 #ifdef ZLLM_WITH_CUDA
   m.def("paged_decode_cuda", &decode_cuda, py::arg("pointers"), py::arg("sizes"), py::arg("strides"),
         py::arg("scale_log2"), py::arg("stream"),

@@ -19,3 +19,16 @@ from trace_replay import agent_trace as _agent_trace  # noqa: E402
 def agent_trace() -> Path:
     """Sixteen agent sessions (~6,000 calls) generated on this machine, cached across runs."""
     return _agent_trace()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server of this machine's installation, for the response store's tests."""
+    from postgres_server import PostgresServer, server_binaries
+
+    bindir = server_binaries()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server installed (make test installs Debian's postgresql)")
+    server = PostgresServer(bindir)
+    yield server
+    server.close()

@@ -1,7 +1,8 @@
 """One ingress's response store for the shared-store test: stores N responses under its own
-prefix into a SQLite file other processes write too, then reads every response of the others.
+prefix into a store other processes write too (a SQLite file or a PostgreSQL URL), then reads
+every response of the others.
 
-    python tests/cluster/store_writer.py FILE PREFIX N OTHER_PREFIX...
+    python tests/cluster/store_writer.py LOCATION PREFIX N OTHER_PREFIX...
 """
 import sys
 import time

@@ -1,17 +1,22 @@
-"""previous_response_id across ingress processes: two processes write one SQLite response store
-(on a path they share) at the same time, and each reads back every response the other stored."""
+"""previous_response_id across ingress processes: two processes write one response store at the
+same time (a SQLite file on a path they share, or one PostgreSQL database, which ingresses on
+several hosts can share), and each reads back every response the other stored."""
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from zllm_core.server.response_store import ResponseStore
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_two_processes_write_one_response_store_at_once(tmp_path):
-    path, n = tmp_path / "responses.sqlite3", 300
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_two_processes_write_one_response_store_at_once(tmp_path, kind, request):
+    n = 300
+    path = tmp_path / "responses.sqlite3" if kind == "sqlite" else request.getfixturevalue("postgres").new_database()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [subprocess.Popen([sys.executable, str(REPO / "tests/cluster/store_writer.py"), str(path), me, str(n), other],
                               env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

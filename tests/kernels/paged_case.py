@@ -68,3 +68,13 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """Largest absolute error over the largest reference magnitude (NaN-propagating)."""
     err = (out.float() - ref.float()).abs().max()
     return float(err / ref.float().abs().max())
+
+
+def on_threads(n: int, run):
+    """``run()`` with torch, and so the CPU kernels, on ``n`` threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        return run()
+    finally:
+        torch.set_num_threads(before)

@@ -7,7 +7,7 @@ from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.engine.scheduler import Batch, Chunk, TaskKind
 from zllm_core.engine.sequence import Sequence
 from zllm_core.engine.step_inputs import InputBuffers
-from zllm_core.model.attention_backend import ForwardContext
+from zllm_core.model.attention_backend import AttentionBackend, ForwardContext
 from zllm_core.model.backends import select_backend
 
 
@@ -63,14 +63,9 @@ def new_token_slots(tables, seq_lens, query_lens, block_size):
     return torch.cat(slots)
 
 
-@pytest.mark.parametrize("backend,dtype", [("triton", torch.bfloat16), ("cuda", torch.bfloat16),
-                                           ("cpu", torch.float32), ("torch", torch.float32)])
-def test_a_mixed_step_runs_decodes_and_prefill_chunks_each_on_its_kernel(backend, dtype):
+def mixed_step(device, dtype):
     """Three decodes then two prefill chunks (one continuing cached context, one new), built
-    by the engine's input buffers: the split step equals the reference over the whole batch."""
-    if backend == "cuda" and DEVICE != "cuda":
-        pytest.skip("the CUDA backend needs a GPU")
-    device = torch.device("cpu" if backend == "cpu" else DEVICE)
+    by the engine's input buffers; the step's Q, K and V, and a cache."""
     seq_lens, query_lens = [20, 40, 33, 50, 9], [1, 1, 1, 17, 9]
     gen = torch.Generator().manual_seed(11)
     order = torch.randperm(32, generator=gen).tolist()
@@ -86,6 +81,27 @@ def test_a_mixed_step_runs_decodes_and_prefill_chunks_each_on_its_kernel(backend
     k_cache, v_cache = (torch.randn(shape, generator=gen).to(device, dtype) for _ in "kv")
     q = torch.randn(sum(query_lens), 4, 64, generator=gen).to(device, dtype)
     k, v = (torch.randn(sum(query_lens), 2, 64, generator=gen).to(device, dtype) for _ in "kv")
+    return step, (k_cache, v_cache), (q, k, v)
+
+
+@pytest.mark.parametrize("backend,dtype", [("triton", torch.bfloat16), ("cuda", torch.bfloat16),
+                                           ("cpu", torch.float32), ("torch", torch.float32)])
+def test_a_mixed_step_attends_like_the_reference_over_the_whole_batch(backend, dtype):
+    if backend == "cuda" and DEVICE != "cuda":
+        pytest.skip("the CUDA backend needs a GPU")
+    device = torch.device("cpu" if backend == "cpu" else DEVICE)
+    step, (k_cache, v_cache), (q, k, v) = mixed_step(device, dtype)
     split = ForwardContext(step.meta, [(k_cache.clone(), v_cache.clone())], select_backend(device, backend), step.split)
     whole = ForwardContext(step.meta, [(k_cache.clone(), v_cache.clone())], select_backend(device, "torch"))
     assert relative_error(split.attend(0, q, k, v, 0.125), whole.attend(0, q, k, v, 0.125)) < TOLERANCE[dtype]
+
+
+def test_the_cpu_backend_runs_a_mixed_step_as_one_call_with_each_parts_bits():
+    """One prefill-kernel call over decodes and chunks gives what the decode kernel and the
+    prefill kernel give each part on its own, bit for bit."""
+    step, (k_cache, v_cache), (q, k, v) = mixed_step(torch.device("cpu"), torch.float32)
+    backend = select_backend(torch.device("cpu"), "cpu")
+    caches = (k_cache.clone(), v_cache.clone())
+    one_call = ForwardContext(step.meta, [caches], backend, step.split).attend(0, q, k, v, 0.125)
+    each_part = AttentionBackend.mixed(backend, q, *caches, step.meta, step.split, 0.125)  # K/V now written
+    assert torch.equal(one_call, each_part)

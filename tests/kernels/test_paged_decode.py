@@ -3,7 +3,7 @@ against the torch reference."""
 import pytest
 import torch
 
-from paged_case import DEVICE, TOLERANCE, make_case, relative_error
+from paged_case import DEVICE, TOLERANCE, make_case, on_threads, relative_error
 from zllm_core.model import cpu_attention
 from zllm_core.model.cuda_attention import cuda_paged_decode, fits_kernel, native_decode
 from zllm_core.model.triton_attention import kernels
@@ -82,15 +82,9 @@ def test_cpu_kernel_answers_alike_on_any_number_of_threads(threads):
     case = make_case([0, 1, 15, 16, 17, 2049, 600], [1] * 7, num_heads=12, num_kv_heads=4,
                      head_dim=128, block_size=16, dtype=torch.float32, seed=9)
     m = case.meta
-    before = torch.get_num_threads()
-    outs = []
-    try:
-        for n in (1, threads):
-            torch.set_num_threads(n)
-            outs.append(cpu_attention.cpu_paged_decode(case.q, case.k_cache, case.v_cache, m.block_tables,
-                                                       m.seq_lens, case.scale, out=case.poisoned_out()))
-    finally:
-        torch.set_num_threads(before)
+    outs = [on_threads(n, lambda: cpu_attention.cpu_paged_decode(case.q, case.k_cache, case.v_cache, m.block_tables,
+                                                                 m.seq_lens, case.scale, out=case.poisoned_out()))
+            for n in (1, threads)]
     assert torch.equal(outs[0], outs[1])
     assert torch.equal(outs[0][0], torch.zeros_like(outs[0][0]))
     assert relative_error(outs[0][1:], case.exact(decode=True)[1:]) < TOLERANCE[torch.float32]

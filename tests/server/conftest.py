@@ -36,13 +36,14 @@ class LiveServer:
 
 
 def start_server(store: Path, *extra: str, model: str | None = MODEL,
-                 max_model_len: int = MAX_MODEL_LEN) -> LiveServer:
-    """``model=None`` serves the default model, as a bare ``zllm serve`` does."""
+                 max_model_len: int = MAX_MODEL_LEN, response_store: str | None = None) -> LiveServer:
+    """``model=None`` serves the default model, as a bare ``zllm serve`` does. The response store
+    is the SQLite file `store` (beside which the server's log goes), or `response_store`."""
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmd = [sys.executable, "-m", "zllm_core.cli", "serve", *(["--model", model] if model else []), "--port", "0",
            "--api-key", API_KEY, "--max-model-len", str(max_model_len),
            "--max-output-tokens", "64", "--max-body-bytes", str(MAX_BODY_BYTES),
-           "--response-store", str(store), *extra]
+           "--response-store", response_store or str(store), *extra]
     log = store.with_name(store.name + f".{time.monotonic_ns()}.log")
     with log.open("w") as sink:
         proc = subprocess.Popen(cmd, env=env, stderr=sink, text=True, cwd=REPO)

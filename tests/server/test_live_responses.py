@@ -52,6 +52,25 @@ def test_previous_response_chain_survives_a_restart(server, openai_client):
         restarted.stop()
 
 
+def test_two_servers_on_one_postgres_store_continue_each_others_responses(postgres, tmp_path):
+    """Ingresses on different hosts share previous_response_id through PostgreSQL."""
+    url = postgres.new_database()
+    first, second = (start_server(tmp_path / name, response_store=url) for name in ("a", "b"))
+    try:
+        a, b = (openai.OpenAI(base_url=s.url + "/v1", api_key=API_KEY, max_retries=0) for s in (first, second))
+        r1 = a.responses.create(model=MODEL, input="Remember the word kiwi.", max_output_tokens=4, temperature=0)
+        r2 = b.responses.create(model=MODEL, input="Which word?", previous_response_id=r1.id,
+                                max_output_tokens=4, temperature=0)
+        assert r2.usage.input_tokens > r1.usage.input_tokens + r1.usage.output_tokens
+        assert a.responses.retrieve(r2.id).previous_response_id == r1.id
+        b.responses.delete(r2.id)
+        with pytest.raises(openai.NotFoundError):
+            a.responses.retrieve(r2.id)
+    finally:
+        first.stop()
+        second.stop()
+
+
 def _turn(connection) -> list[dict]:
     events = []
     for event in connection:

@@ -42,12 +42,14 @@ class Sequence:
     # Prompt then outputs in one growable array: the prompt is copied in once, and the cache
     # and runner read slices of it without building Python ints.
     _buffer: np.ndarray = field(init=False, repr=False)
+    last_token: int = field(init=False)  # the token a decode runs, kept as an int (no buffer read)
     num_draft: int = field(init=False, default=0)  # proposed tokens after the end of the buffer's tokens
 
     def __post_init__(self, prompt: TokenIds) -> None:
         self.prompt_len = self.num_tokens = len(prompt)
         self._buffer = np.empty(self.prompt_len + min(self.params.max_tokens, 256), dtype=TOKEN_DTYPE)
         self._buffer[:self.prompt_len] = prompt
+        self.last_token = int(self._buffer[self.prompt_len - 1])
 
     @property
     def token_ids(self) -> np.ndarray:
@@ -60,6 +62,10 @@ class Sequence:
     def draft(self) -> np.ndarray:
         return self._buffer[self.num_tokens:self.num_tokens + self.num_draft]
 
+    def token_at(self, i: int) -> int:
+        """Token ``i`` (a draft's included), without building a view of them all."""
+        return self.last_token if i == self.num_tokens - 1 else int(self._buffer[i])
+
     def ids(self, start: int, length: int) -> np.ndarray:
         """Tokens ``start:start + length`` to run, the draft's included."""
         return self._buffer[start:start + length]
@@ -69,6 +75,7 @@ class Sequence:
         self._buffer[self.num_tokens] = token
         self.num_tokens += 1
         self.num_draft = 0
+        self.last_token = token
 
     def propose(self, draft: np.ndarray) -> None:
         """Tokens the next step verifies after the last one (kept past the end, not appended)."""

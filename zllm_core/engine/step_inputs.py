@@ -2,9 +2,12 @@
 
 Block tables are mirrored row by row: a request takes a row the first time it runs and
 copies in only the blocks added since its last step (one per 16 decoded tokens), so a
-300K-token context's 18K-entry table is copied once, not every step.  Positions, slots
-and the sampled rows come from the chunk boundaries with vectorised numpy, never token
-by token.
+300K-token context's 18K-entry table is copied once, not every step.  Rows are kept in
+the batch's order (the i-th chunk's request in row i, rows swapped when the order
+changes), so the step's block tables are a view of the mirror, not a copy: the order of
+running requests rarely changes between steps, and 64 rows of a 32K-token context are
+540 KB.  Positions, slots and the sampled rows come from the chunk boundaries with
+vectorised numpy, never token by token.
 """
 from __future__ import annotations
 
@@ -35,72 +38,90 @@ class InputBuffers:
         self.tables = np.zeros((max_num_seqs, max_blocks_per_seq), dtype=np.int32)
         self._synced = [0] * max_num_seqs  # entries of each row filled in
         self._rows: dict[str, int] = {}
-        self._free_rows = list(range(max_num_seqs - 1, -1, -1))
+        self._owners: list[Optional[str]] = [None] * max_num_seqs  # the request in each row
         self._ids = np.empty(max_num_tokens, dtype=np.int64)
-        self._iota = np.arange(max_num_tokens, dtype=np.int64)
+        self._iota = np.arange(max_num_tokens + 1, dtype=np.int64)
+        self._iota32 = self._iota.astype(np.int32)
 
     def prepare(self, batch: Batch) -> StepInputs:
         for request_id in batch.released:
             row = self._rows.pop(request_id, None)
             if row is not None:
-                self._free_rows.append(row)
+                self._owners[row] = None
         chunks = batch.chunks
         n = len(chunks)
-        # One Python pass over the chunks, into one array (a numpy store per field and chunk
-        # costs more than the whole conversion).
-        sync = self._sync
-        rows, starts, lengths, logits, firsts = np.array(
-            [(sync(c.seq.request_id, c.seq.block_table), c.start, c.length, c.num_logits, c.seq.token_ids[c.start])
-             for c in chunks], dtype=np.int64).T.copy()
-        ends = np.cumsum(lengths)
-        at = int(ends[-1])
+        bs = self.block_size
+        for row, c in enumerate(chunks):
+            self._place(row, c.seq.request_id, c.seq.block_table)
+        # One Python pass over the chunks, into one array: a numpy call costs more than a
+        # Python expression per chunk (several times more when a forward has just evicted
+        # numpy's code and data from the caches), so a decode step makes as few as it can.
+        starts, lengths, logits, firsts, first_slots = np.array(
+            [(c.start, c.length, c.num_logits, c.seq.token_at(c.start),
+              c.seq.block_table[c.start // bs] * bs + c.start % bs) for c in chunks], dtype=np.int64).T.copy()
+        at = batch.num_tokens
         ids = self._ids
-        if at == n:  # one token a chunk (decodes): no per-token arrays to build
+        if at == n:  # one token a chunk (decodes): the chunks' columns are the token arrays
             ids[:n] = firsts
-            positions = starts
-            chunk_of = rows
+            positions, slots, qsl = starts, first_slots, self._iota32[:n + 1]
+            ends = qsl[1:]
         else:
+            ends = np.cumsum(lengths)
             for c, end, length in zip(chunks, ends.tolist(), lengths.tolist()):
                 ids[end - length:end] = c.seq.ids(c.start, length)  # a draft's tokens included
             # Token t of chunk i sits at position starts[i] + (t - (ends[i] - lengths[i])).
             positions = self._iota[:at] + np.repeat(starts + lengths - ends, lengths)
-            chunk_of = np.repeat(rows, lengths)
-        qsl = np.zeros(n + 1, dtype=np.int32)
-        qsl[1:] = ends
+            slots = self.tables[np.repeat(self._iota[:n], lengths), positions // bs].astype(np.int64) * bs + positions % bs
+            qsl = np.zeros(n + 1, dtype=np.int32)
+            qsl[1:] = ends
         seq_lens = (starts + lengths).astype(np.int32)
-        bs = self.block_size
-        slots = self.tables[chunk_of, positions // bs].astype(np.int64) * bs + positions % bs
         to = self._tensor
-        meta = self._meta(qsl, seq_lens, rows, to(slots), lengths)
+        meta = self._meta(qsl, seq_lens, 0, to(slots), lengths)
         split = None
         nd = batch.num_decodes
         if 0 < nd < n:
-            split = (self._meta(qsl[:nd + 1], seq_lens[:nd], rows[:nd], meta.slot_mapping[:nd], lengths[:nd]),
-                     self._meta(qsl[nd:] - qsl[nd], seq_lens[nd:], rows[nd:], meta.slot_mapping[qsl[nd]:],
-                                lengths[nd:]))
+            split = (self._meta(qsl[:nd + 1], seq_lens[:nd], 0, meta.slot_mapping[:nd], lengths[:nd]),
+                     self._meta(qsl[nd:] - qsl[nd], seq_lens[nd:], nd, meta.slot_mapping[qsl[nd]:], lengths[nd:]))
         # Each chunk's last `logits[i]` positions (its last token's and its draft's), in chunk order.
-        sample_rows = np.repeat(ends - np.cumsum(logits), logits) + self._iota[:int(logits.sum())]
+        num_logits = int(logits.sum())
+        sample_rows = (self._iota[:n] if num_logits == n == at else
+                       np.repeat(ends - np.cumsum(logits), logits) + self._iota[:num_logits])
         return StepInputs(to(ids[:at]), to(positions), meta, split, to(sample_rows))
 
-    def _sync(self, request_id: str, table: list[int]) -> int:
-        row = self._rows.get(request_id)
-        if row is None:
-            row = self._rows[request_id] = self._free_rows.pop()
-            self._synced[row] = 0
+    def _place(self, row: int, request_id: str, table: list[int]) -> None:
+        """Put the request's table in ``row`` (moving whatever is there), synced to ``table``."""
+        at = self._rows.get(request_id)
+        if at is None:  # its first step: a free row, made this one
+            at = self._owners.index(None, row) if self._owners[row] is not None else row
+            self._rows[request_id], self._owners[at], self._synced[at] = at, request_id, 0
+        if at != row:
+            self._swap(at, row)
         done = self._synced[row]
         if len(table) > done:
             self.tables[row, done:len(table)] = table[done:]
             self._synced[row] = len(table)
-        return row
 
-    def _meta(self, qsl: np.ndarray, seq_lens: np.ndarray, rows: np.ndarray, slots: torch.Tensor,
+    def _swap(self, a: int, b: int) -> None:
+        width = max(self._synced[a], self._synced[b])
+        self.tables[[a, b], :width] = self.tables[[b, a], :width]
+        owners, synced = self._owners, self._synced
+        owners[a], owners[b] = owners[b], owners[a]
+        synced[a], synced[b] = synced[b], synced[a]
+        for row in (a, b):
+            if owners[row] is not None:
+                self._rows[owners[row]] = row
+
+    def _meta(self, qsl: np.ndarray, seq_lens: np.ndarray, first_row: int, slots: torch.Tensor,
               lengths: np.ndarray) -> AttentionMetadata:
+        """The metadata of the chunks in rows ``first_row:first_row + len(seq_lens)``."""
         max_seq_len = int(seq_lens.max())
         width = -(-max_seq_len // self.block_size)
         to = self._tensor
-        return AttentionMetadata(query_start_loc=to(qsl), seq_lens=to(seq_lens),
-                                 block_tables=to(self.tables[rows, :width]), slot_mapping=slots,
+        tables = self.tables[first_row:first_row + len(seq_lens), :width]  # a view
+        return AttentionMetadata(query_start_loc=to(qsl), seq_lens=to(seq_lens), block_tables=to(tables),
+                                 slot_mapping=slots,
                                  max_query_len=int(lengths.max()), max_seq_len=max_seq_len)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(array).to(self.device)
+        tensor = torch.from_numpy(array)
+        return tensor if self.device.type == "cpu" else tensor.to(self.device)

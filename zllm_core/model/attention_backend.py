@@ -45,6 +45,15 @@ class AttentionBackend(ABC):
                meta: AttentionMetadata, scale: float) -> torch.Tensor:
         """One query token per sequence (``q`` is ``[batch, num_heads, head_dim]``)."""
 
+    def mixed(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+              split: tuple[AttentionMetadata, AttentionMetadata], scale: float) -> torch.Tensor:
+        """A step of one-token decodes (leading) and prefill chunks, ``meta`` over all of it and
+        ``split`` over each part: by default each part runs the kernel made for it."""
+        decodes, prefills = split
+        nd = len(decodes.seq_lens)
+        return torch.cat((self.decode(q[:nd], k_cache, v_cache, decodes, scale),
+                          self.prefill(q[nd:], k_cache, v_cache, prefills, scale)))
+
 
 def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
@@ -60,7 +69,8 @@ class ForwardContext:
     """What one model step needs besides token ids: where to read and write KV, and how.
 
     A step that mixes decodes and prefill chunks carries ``split``: the metadata of its
-    leading one-token sequences and of the rest, so each part runs the kernel made for it."""
+    leading one-token sequences and of the rest, for backends that run each part on the
+    kernel made for it (see ``AttentionBackend.mixed``)."""
 
     meta: AttentionMetadata
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]
@@ -72,10 +82,7 @@ class ForwardContext:
         k_cache, v_cache = self.kv_caches[layer]
         write_kv(k_cache, v_cache, k, v, self.meta.slot_mapping)
         if self.split is not None:
-            decodes, prefills = self.split
-            nd = len(decodes.seq_lens)
-            return torch.cat((self.backend.decode(q[:nd], k_cache, v_cache, decodes, scale),
-                              self.backend.prefill(q[nd:], k_cache, v_cache, prefills, scale)))
+            return self.backend.mixed(q, k_cache, v_cache, self.meta, self.split, scale)
         if self.meta.is_decode:
             return self.backend.decode(q, k_cache, v_cache, self.meta, scale)
         return self.backend.prefill(q, k_cache, v_cache, self.meta, scale)

@@ -19,7 +19,7 @@ def select_backend(device: torch.device, name: str = "auto") -> AttentionBackend
     """The backend called ``name`` for ``device``; ``auto`` picks the fastest that fits.
 
     ``auto`` is the Triton kernels on CUDA (when triton is installed), the native CPU decode
-    kernel on a CPU (when the extension is built), else the torch reference.  ``cuda`` decodes
+    and prefill kernels on a CPU (when the extension is built), else the torch reference.  ``cuda`` decodes
     with the native kernel (prefill stays on Triton) and needs an extension built with nvcc.
     ``triton`` on a CPU runs in Triton's interpreter, which must be switched on
     (TRITON_INTERPRET=1) before triton is first imported: slow, but exact, for tests.
@@ -28,7 +28,7 @@ def select_backend(device: torch.device, name: str = "auto") -> AttentionBackend
         name = "torch"
         if device.type == "cuda" and importlib.util.find_spec("triton"):
             name = "triton"
-        elif device.type == "cpu" and native_entry("paged_decode_cpu") is not None:
+        elif device.type == "cpu" and native_entry("paged_prefill_cpu") is not None:
             name = "cpu"
     if name == "torch":
         from zllm_core.model.torch_attention import TorchAttention

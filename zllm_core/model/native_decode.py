@@ -1,5 +1,5 @@
-"""The operands of the native paged decode kernels (csrc/paged_decode_binding.cpp), packed
-once for both: raw pointers, sizes and element strides, so the extension needs no libtorch."""
+"""The operands of the native paged attention kernels (csrc/paged_decode_binding.cpp), packed
+once for all: raw pointers, sizes and element strides, so the extension needs no libtorch."""
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -23,8 +23,9 @@ def pack_operands(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   block_tables: torch.Tensor, seq_lens: torch.Tensor, out: torch.Tensor,
                   part_acc: Optional[torch.Tensor] = None, part_ml: Optional[torch.Tensor] = None,
                   split_len: int = 0, num_splits: int = 1) -> tuple[tuple, tuple, tuple]:
-    """``(pointers, sizes, strides)`` in the binding's field order; q and out ``[batch, heads, dim]``."""
-    batch, num_heads, head_dim = q.shape
+    """``(pointers, sizes, strides)`` in the binding's field order; q and out ``[rows, heads, dim]``
+    (one row per sequence to decode, one per token to prefill); batch is ``len(seq_lens)``."""
+    batch, (_, num_heads, head_dim) = seq_lens.shape[0], q.shape
     _, page, num_kv_heads, _ = k_cache.shape
     assert block_tables.dtype == seq_lens.dtype == torch.int32 and block_tables.stride(1) == 1
     assert seq_lens.is_contiguous() and out.stride(-1) == 1

@@ -72,10 +72,12 @@ def add_serve_parser(sub) -> None:
                    help="end requests still running this long after arrival: a 504, or the "
                         "protocol's error event once streaming (default: none)")
     p.add_argument("--response-store", default=default_store_path(),
-                   help="SQLite file for stored responses (previous_response_id)")
+                   help="stored responses (previous_response_id): a SQLite file, or a postgresql:// URL that "
+                        "ingresses on several hosts share")
     p.add_argument("--response-store-timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="how long storing a response waits while another process holds the "
-                        "file's write lock; past it the response fails as not stored (503)")
+                   help="how long storing a response waits while another process holds what it "
+                        "writes (the file's write lock, a PostgreSQL row); past it the response "
+                        "fails as not stored (503)")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--loop-guard", action="store_true",
                    help="break token loops in generations (and end turns that keep looping)")

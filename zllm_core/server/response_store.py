@@ -11,24 +11,23 @@ business. Records are scoped by tenant, written in one transaction, and treated 
 read (a record, or any ancestor of it, that does not validate is reported missing, never
 half-used). A deleted record whose descendants still need its messages is hidden, not removed.
 
-The file is shared with whatever else opens it. A write waits up to `busy_seconds` for another
-process's lock (callers run it off the event loop); past that, or on a damaged file, the
-operation fails with a clear protocol error (503 when a retry may work, 500 when not) and the
-caller reports the response as not stored. A file that is not a database at all is moved aside
-at start (kept, for whoever wants to recover it) and a new store begins.
+Two databases hold it: a SQLite file (store_sqlite.py), which processes on one host share, and
+PostgreSQL (store_postgres.py, a `postgresql://` location) for ingresses on many hosts; both
+run the same statements. A write waits up to `busy_seconds` for another writer (callers run it
+off the event loop); past that, or on damage, the operation fails with a clear protocol error
+(503 when a retry may work, 500 when not) and the caller reports the response as not stored.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import logging
-import sqlite3
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
 from zllm_core.protocols.canonical import Message, RequestError, ToolCall
 
@@ -36,12 +35,19 @@ log = logging.getLogger("zllm.server")
 BUSY_SECONDS = 10.0  # by default, another process's write lock is waited for this long
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
-SCHEMA = """CREATE TABLE IF NOT EXISTS responses (
-    tenant TEXT NOT NULL, id TEXT NOT NULL, created_at REAL NOT NULL,
+# A NULL parent: the record's messages hold the whole conversation. Statements name their
+# parameters :name (both databases take them so).
+SCHEMA = ("""CREATE TABLE IF NOT EXISTS responses (
+    tenant TEXT NOT NULL, id TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
     response TEXT NOT NULL, messages TEXT NOT NULL, cache_key TEXT,
-    PRIMARY KEY (tenant, id))"""
-# Added to files written before chains: NULL parent = messages hold the whole conversation.
-COLUMNS = {"parent": "TEXT", "hidden": "INTEGER NOT NULL DEFAULT 0"}
+    parent TEXT, hidden INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, id))""",
+          "CREATE INDEX IF NOT EXISTS responses_parent ON responses(tenant, parent)")
+UPSERT = """INSERT INTO responses(tenant, id, created_at, response, messages, cache_key, parent, hidden)
+VALUES (:tenant, :id, :created_at, :response, :messages, :cache_key, :parent, 0)
+ON CONFLICT (tenant, id) DO UPDATE SET created_at = excluded.created_at, response = excluded.response,
+    messages = excluded.messages, cache_key = excluded.cache_key, parent = excluded.parent, hidden = 0"""
+ROW = "SELECT response, cache_key FROM responses WHERE tenant = :tenant AND id = :id AND hidden = 0"
 RECENT = 256  # records kept in memory
 # A chain from a record back to the one holding its conversation's start, oldest first.
 CHAIN = """WITH RECURSIVE chain(id, parent, messages, depth) AS (
@@ -81,56 +87,45 @@ def _message_from(raw: Any) -> Message:
                    name=raw.get("name"))
 
 
+class Database(Protocol):
+    """What the store needs of a database (store_sqlite.py, store_postgres.py)."""
+
+    where: str  # for messages: a path, or a URL without its password
+    errors: tuple[type[Exception], ...]
+    share_lock: str  # appended to a SELECT of a row a write depends on
+    update_lock: str  # ... of a row a write changes
+
+    def execute(self, sql: str, params: dict[str, Any]) -> list[tuple]: ...
+    def transaction(self) -> contextlib.AbstractContextManager[None]: ...
+    def retryable(self, exc: Exception) -> bool: ...
+    def close(self) -> None: ...
+
+
+def open_database(location: str | Path, busy_seconds: float) -> Database:
+    """A `postgresql://` (or `postgres://`) URL, else a SQLite file (or ":memory:")."""
+    if str(location).startswith(("postgresql://", "postgres://")):
+        from zllm_core.server.store_postgres import PostgresDatabase  # psycopg: the postgres extra
+        return PostgresDatabase(str(location), busy_seconds, SCHEMA)
+    from zllm_core.server.store_sqlite import SqliteDatabase
+    return SqliteDatabase(str(location), busy_seconds, SCHEMA)
+
+
 class ResponseStore:
-    def __init__(self, path: str | Path, busy_seconds: float = BUSY_SECONDS):
-        self.path, self.busy_seconds = str(path), busy_seconds
-        if self.path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, location: str | Path, busy_seconds: float = BUSY_SECONDS):
+        self._db = open_database(location, busy_seconds)
         self._lock = threading.Lock()
         self._recent: OrderedDict[tuple[str, str], StoredResponse] = OrderedDict()
-        try:
-            self._db = self._open()
-        except sqlite3.DatabaseError as exc:
-            if self.path == ":memory:" or _locked(exc):
-                raise
-            self._move_aside(exc)
-            self._db = self._open()
-
-    def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=self.busy_seconds)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(SCHEMA)
-            have = {row[1] for row in db.execute("PRAGMA table_info(responses)")}
-            for name, kind in COLUMNS.items():
-                if name not in have:
-                    db.execute(f"ALTER TABLE responses ADD COLUMN {name} {kind}")
-            db.execute("CREATE INDEX IF NOT EXISTS responses_parent ON responses(tenant, parent)")
-            db.execute("SELECT 1 FROM responses LIMIT 1").fetchall()
-        except BaseException:
-            db.close()
-            raise
-        return db
-
-    def _move_aside(self, exc: sqlite3.DatabaseError) -> None:
-        aside = f"{self.path}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"
-        for suffix in ("", "-wal", "-shm"):
-            if Path(self.path + suffix).exists():
-                Path(self.path + suffix).rename(aside + suffix)
-        log.warning("the response store %s cannot be read (%s): moved to %s, a new store begins",
-                    self.path, exc, aside)
 
     def put(self, tenant: str, record: StoredResponse) -> None:
-        """Blocks up to `busy_seconds` while another process holds the file's write lock."""
+        """Blocks up to `busy_seconds` while another writer holds what this write needs."""
         with self._lock, self._failures(f"could not save response '{record.id}'; it was not stored"), \
-                self._transaction():
-            chained = record.parent is not None and self._row(tenant, record.parent) is not None
+                self._db.transaction():
+            chained = record.parent is not None and self._row(tenant, record.parent, self._db.share_lock) is not None
             messages = record.messages[record.shared:] if chained else record.messages
-            self._db.execute(
-                "INSERT OR REPLACE INTO responses(tenant, id, created_at, response, messages, cache_key, parent) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (tenant, record.id, time.time(), json.dumps(record.response),
-                 json.dumps([asdict(m) for m in messages]), record.cache_key, record.parent if chained else None))
+            self._db.execute(UPSERT, {
+                "tenant": tenant, "id": record.id, "created_at": time.time(), "response": json.dumps(record.response),
+                "messages": json.dumps([asdict(m) for m in messages]), "cache_key": record.cache_key,
+                "parent": record.parent if chained else None})
             self._keep(tenant, record)
 
     def get(self, tenant: str, id: str) -> StoredResponse | None:
@@ -142,7 +137,7 @@ class ResponseStore:
             if (tenant, id) in self._recent:
                 self._recent.move_to_end((tenant, id))
                 return self._recent[(tenant, id)]
-            chain = self._db.execute(CHAIN, {"tenant": tenant, "id": id, "limit": MAX_CHAIN}).fetchall()
+            chain = self._db.execute(CHAIN, {"tenant": tenant, "id": id, "limit": MAX_CHAIN})
         try:
             if chain[0][0] is not None:
                 raise ValueError(f"an ancestor, {chain[0][0]}, is missing")
@@ -159,22 +154,23 @@ class ResponseStore:
         return record
 
     def delete(self, tenant: str, id: str) -> bool:
-        """Blocks up to `busy_seconds` while another process holds the file's write lock. A
-        record that later ones continue stays, hidden, for their messages."""
-        with self._lock, self._failures(f"could not delete response '{id}'"), self._transaction():
+        """Blocks up to `busy_seconds` while another writer holds the record. A record that
+        later ones continue stays, hidden, for their messages."""
+        with self._lock, self._failures(f"could not delete response '{id}'"), self._db.transaction():
             self._recent.pop((tenant, id), None)
-            if self._row(tenant, id) is None:
+            if self._row(tenant, id, self._db.update_lock) is None:
                 return False
-            if self._db.execute("SELECT 1 FROM responses WHERE tenant=? AND parent=? LIMIT 1", (tenant, id)).fetchone():
-                self._db.execute("UPDATE responses SET hidden=1 WHERE tenant=? AND id=?", (tenant, id))
+            key = {"tenant": tenant, "id": id}
+            if self._db.execute("SELECT 1 FROM responses WHERE tenant = :tenant AND parent = :id LIMIT 1", key):
+                self._db.execute("UPDATE responses SET hidden = 1 WHERE tenant = :tenant AND id = :id", key)
             else:
-                self._db.execute("DELETE FROM responses WHERE tenant=? AND id=?", (tenant, id))
+                self._db.execute("DELETE FROM responses WHERE tenant = :tenant AND id = :id", key)
             return True
 
-    def _row(self, tenant: str, id: str) -> tuple[str, str | None] | None:
+    def _row(self, tenant: str, id: str, lock: str = "") -> tuple[str, str | None] | None:
         """(response, cache_key) of a visible record (under the lock)."""
-        return self._db.execute("SELECT response, cache_key FROM responses WHERE tenant=? AND id=? AND NOT hidden",
-                                (tenant, id)).fetchone()
+        rows = self._db.execute(ROW + lock, {"tenant": tenant, "id": id})
+        return rows[0] if rows else None
 
     def _keep(self, tenant: str, record: StoredResponse) -> None:
         self._recent[(tenant, record.id)] = record
@@ -182,30 +178,17 @@ class ResponseStore:
             self._recent.popitem(last=False)
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
-
-    @contextlib.contextmanager
     def _failures(self, what: str) -> Iterator[None]:
-        """SQLite's failures as the protocol's: a lock may pass (503), damage will not (500)."""
+        """The database's failures as the protocol's: a busy lock or a lost connection may
+        pass (503), damage will not (500)."""
         try:
             yield
-        except sqlite3.Error as exc:
-            locked = _locked(exc)
-            log.warning("response store %s: %s (%s)", self.path, what, exc)
-            raise RequestError(f"the response store {what}: {exc}", status=503 if locked else 500,
-                               code="response_store_busy" if locked else "response_store_damaged") from None
+        except self._db.errors as exc:
+            retry = self._db.retryable(exc)
+            log.warning("response store %s: %s (%s)", self._db.where, what, exc)
+            raise RequestError(f"the response store {what}: {exc}", status=503 if retry else 500,
+                               code="response_store_busy" if retry else "response_store_damaged") from None
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
-
-
-def _locked(exc: sqlite3.Error) -> bool:
-    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
