@@ -55,10 +55,14 @@ from multilingual import multilingual_text  # noqa: E402
 
 from tests.tokenizer import corpus, references  # noqa: E402
 from zllm_core.tokenizer import Tokenizer  # noqa: E402
+from zllm_core.tokenizer.tokenizer import DEVICE_FLOOR_CHARS  # noqa: E402
 from zllm_core.tokenizer.vocabulary import PACKAGE_VOCAB, load_family  # noqa: E402
 
 PAIRED_PEERS = ("gigatoken", "tiktoken")
 COUNTED = ("zllm_core[numpy]", "gigatoken")
+# A fresh object's first encode, untimed: long enough that zllm_core looks for its GPU path
+# (once per object, and 70 ms of CUDA start-up on the process's first), few distinct pieces.
+WARM_UP = "x = 1\n" * (DEVICE_FLOOR_CHARS // 6 + 1)
 GIGA_NAMES = {"r50k_base": "r50k", "cl100k_base": "cl100k", "o200k_base": "o200k", "qwen2": "qwen2"}
 
 
@@ -135,9 +139,9 @@ def cpu_and_wall(fn) -> tuple[float, float, object]:
 
 def fresh_cold(lib: str, make, text: str) -> tuple[object, float, float, object]:
     """(a fresh object, cpu s, wall s, ids) of its first encode of `text`, cold. The object
-    first encodes a tiny text, so one-time lazy setup is not timed."""
+    first encodes WARM_UP, so one-time lazy setup is not timed."""
     tok = make()
-    encode(lib, tok, "x = 1\n")
+    encode(lib, tok, WARM_UP)
     cpu, wall, ids = cpu_and_wall(lambda: encode(lib, tok, text))
     return tok, cpu, wall, ids
 
@@ -192,11 +196,11 @@ def median_interval(xs: list[float], level: float = 0.95) -> tuple[float, float,
 
 
 def encode_times(lib: str, family: str, folder: str, name: str, times: int) -> None:
-    """The process callgrind counts: a fresh tokenizer, its tiny warm-up encode, every text of
+    """The process callgrind counts: a fresh tokenizer, its warm-up encode, every text of
     the folder read (so that processes differ only in their encodes), then one of them encoded
     `times` times."""
     tok = Library(family).makers()[lib]()
-    encode(lib, tok, "x = 1\n")
+    encode(lib, tok, WARM_UP)
     texts = {path.stem: path.read_text() for path in sorted(Path(folder).glob("*.txt"))}
     for _ in range(times):
         encode(lib, tok, texts[name])
