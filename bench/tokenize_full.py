@@ -15,18 +15,28 @@ compares like with like: gigatoken against the array row, the others against the
 A second table pairs zllm_core[numpy] with gigatoken and with tiktoken, cold and warm, round
 by round, and gives the median ratio with a 95% interval: best-of-N numbers taken minutes
 apart on a shared host move by several percent, more than the margin between the two.
+--instructions prints instead instructions per MB of one cold and one warm encode of each text
+by zllm_core[numpy] and gigatoken, counted by valgrind's callgrind (repeatable on a loaded
+host, where times are not; `perf stat` counts no instructions on this VM): processes that
+encode the text 0 (one per family and library), 1 and 2 times after the same set-up,
+differenced. Minutes per row.
 
     PYTHONPATH=$PWD python bench/tokenize_full.py [--families cl100k_base,...] [--chars 1000000]
         [--texts code,prose,multilingual] [--libraries ...] [--repeats 2] [--paired-rounds 15]
+        [--instructions]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from functools import cached_property
 from math import comb
 from pathlib import Path
 
@@ -45,9 +55,14 @@ from multilingual import multilingual_text  # noqa: E402
 
 from tests.tokenizer import corpus, references  # noqa: E402
 from zllm_core.tokenizer import Tokenizer  # noqa: E402
+from zllm_core.tokenizer.tokenizer import DEVICE_FLOOR_CHARS  # noqa: E402
 from zllm_core.tokenizer.vocabulary import PACKAGE_VOCAB, load_family  # noqa: E402
 
 PAIRED_PEERS = ("gigatoken", "tiktoken")
+COUNTED = ("zllm_core[numpy]", "gigatoken")
+# A fresh object's first encode, untimed: long enough that zllm_core looks for its GPU path
+# (once per object, and 70 ms of CUDA start-up on the process's first), few distinct pieces.
+WARM_UP = "x = 1\n" * (DEVICE_FLOOR_CHARS // 6 + 1)
 GIGA_NAMES = {"r50k_base": "r50k", "cl100k_base": "cl100k", "o200k_base": "o200k", "qwen2": "qwen2"}
 
 
@@ -61,14 +76,19 @@ class Library:
     def __init__(self, family: str):
         self.family = family
         self.vocab = load_family(family)
-        self.ranks = {t: i for i, t in enumerate(self.vocab.tokens) if t}
-        spec = references.family_spec(family)
-        self.spec = spec
+        self.spec = references.family_spec(family)
+
+    @cached_property
+    def ranks(self) -> dict[bytes, int]:
+        return {t: i for i, t in enumerate(self.vocab.tokens) if t}
+
+    @cached_property
+    def hf_json(self) -> str:
         # Oniguruma reads cl100k's possessive `{1,3}+` as a repetition; the atomic group is the
         # same tokenization in its syntax, so Hugging Face is timed on identical output.
-        pattern = spec["pat_str"].replace(r"\p{N}{1,3}+", r"(?>\p{N}{1,3})")
+        pattern = self.spec["pat_str"].replace(r"\p{N}{1,3}+", r"(?>\p{N}{1,3})")
         pre = {"type": "Sequence", "pretokenizers": [references.split(pattern), references.byte_level()]}
-        self.hf_json = json.dumps(references.tokenizer_json(self.vocab.tokens, [], pre))
+        return json.dumps(references.tokenizer_json(self.vocab.tokens, [], pre))
 
     def makers(self) -> dict:
         path = str(PACKAGE_VOCAB / self.spec["file"])
@@ -119,9 +139,9 @@ def cpu_and_wall(fn) -> tuple[float, float, object]:
 
 def fresh_cold(lib: str, make, text: str) -> tuple[object, float, float, object]:
     """(a fresh object, cpu s, wall s, ids) of its first encode of `text`, cold. The object
-    first encodes a tiny text, so one-time lazy setup is not timed."""
+    first encodes WARM_UP, so one-time lazy setup is not timed."""
     tok = make()
-    encode(lib, tok, "x = 1\n")
+    encode(lib, tok, WARM_UP)
     cpu, wall, ids = cpu_and_wall(lambda: encode(lib, tok, text))
     return tok, cpu, wall, ids
 
@@ -175,6 +195,51 @@ def median_interval(xs: list[float], level: float = 0.95) -> tuple[float, float,
     return statistics.median(xs), xs[k - 1], xs[n - k], 1 - 2 * below(k)
 
 
+def encode_times(lib: str, family: str, folder: str, name: str, times: int) -> None:
+    """The process callgrind counts: a fresh tokenizer, its warm-up encode, every text of
+    the folder read (so that processes differ only in their encodes), then one of them encoded
+    `times` times."""
+    tok = Library(family).makers()[lib]()
+    encode(lib, tok, WARM_UP)
+    texts = {path.stem: path.read_text() for path in sorted(Path(folder).glob("*.txt"))}
+    for _ in range(times):
+        encode(lib, tok, texts[name])
+
+
+def callgrind_count(lib: str, family: str, folder: str, name: str, times: int) -> int:
+    """Instructions of a process that encodes the text `times` times after the same set-up. A
+    fixed string hash seed makes the set-ups identical (with a random one, building the same
+    dicts took millions of instructions more or less)."""
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
+         "--encode-times", lib, family, folder, name, str(times)],
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"}).stderr
+    return int(re.search(r"Collected : (\d+)", out).group(1))
+
+
+def instruction_table(families: list[str], texts: dict[str, str]) -> None:
+    """Per family, text and library: the instructions of one cold and one warm encode, from
+    processes encoding the text 0 (once per family), 1 and 2 times, differenced."""
+    print("\n# instructions per MB of one encode (callgrind): zllm_core[numpy] and gigatoken, cold (a fresh "
+          "object's first encode of the text) and warm (its second); ratio = gigatoken / zllm_core")
+    print("| family | text | zllm cold M/MB | gigatoken cold M/MB | ratio | zllm warm M/MB | gigatoken warm M/MB | ratio |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in texts.items():
+            (Path(tmp) / f"{name}.txt").write_text(text)
+        for family in families:
+            base = {lib: callgrind_count(lib, family, tmp, "", 0) for lib in COUNTED}
+            for name, text in texts.items():
+                mb = len(text.encode()) / 1e6
+                cold, warm = {}, {}
+                for lib in COUNTED:
+                    once, twice = (callgrind_count(lib, family, tmp, name, times) for times in (1, 2))
+                    cold[lib], warm[lib] = (once - base[lib]) / mb / 1e6, (twice - once) / mb / 1e6
+                z, g = COUNTED
+                print(f"| {family} | {name} | {cold[z]:.1f} | {cold[g]:.1f} | {cold[g] / cold[z]:.2f} | "
+                      f"{warm[z]:.1f} | {warm[g]:.1f} | {warm[g] / warm[z]:.2f} |", flush=True)
+
+
 def batch(lib: str, make, docs: list[str]) -> tuple[float, float]:
     tok = make()
     cold = timed(lambda: encode_batch(lib, tok, docs))[0]
@@ -191,9 +256,16 @@ def main() -> None:
     ap.add_argument("--texts", default="code,prose,multilingual")
     ap.add_argument("--libraries", default="zllm_core,zllm_core[numpy],tiktoken,hf_tokenizers,gigatoken",
                     help="the first table's; the paired table always has zllm_core[numpy], gigatoken, tiktoken")
+    ap.add_argument("--instructions", action="store_true", help="count instructions per encode (callgrind) instead")
+    ap.add_argument("--encode-times", nargs=5, metavar=("LIB", "FAMILY", "FOLDER", "TEXT", "TIMES"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.encode_times:
+        lib, family, folder, name, times = args.encode_times
+        return encode_times(lib, family, folder, name, int(times))
     sources = {"code": code_text, "prose": corpus.gettext_prose, "multilingual": multilingual_text}
     texts = {name: sources[name](args.chars) for name in args.texts.split(",")}
+    if args.instructions:
+        return instruction_table(args.families.split(","), texts)
     all_cpus = os.sched_getaffinity(0)
     print(f"# {args.chars:,} characters per text; {len(all_cpus)} CPUs; MB = 10^6 UTF-8 bytes")
     print("| family | text | library | cold MB/s cpu (wall) | warm MB/s cpu (wall) | zllm cold / this | "
@@ -236,6 +308,7 @@ def main() -> None:
             median, low, high, _ = median_interval(ratios)
             cells.append(f"{median:.2f} [{low:.2f}, {high:.2f}] ({min(ratios):.2f})")
         print(f"| {family} | {text_name} | " + " | ".join(cells) + " |", flush=True)
+
 
 if __name__ == "__main__":
     main()

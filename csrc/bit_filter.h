@@ -23,6 +23,7 @@ class BitFilter {
   // By the hash's top bits, which a table indexed by its low bits leaves independent.
   void add(uint64_t h) { words_[bit(h) >> 6] |= uint64_t(1) << (bit(h) & 63); }
   bool may_hold(uint64_t h) const { return (words_[bit(h) >> 6] >> (bit(h) & 63)) & 1; }
+  void prefetch(uint64_t h) const { __builtin_prefetch(&words_[bit(h) >> 6]); }
 
  private:
   uint64_t bit(uint64_t h) const { return h >> shift_; }

@@ -85,6 +85,12 @@ class MergeTable {
       if (!s) return kNoMerge;
     }
   }
+  // Brings in the lines priority(left, right) reads, ahead of it.
+  void prefetch(uint32_t left, uint32_t right) const {
+    const uint64_t key = pair_key(left, right);
+    filter_.prefetch(mix(key));
+    __builtin_prefetch(&slots_[slot_of(key)]);
+  }
   // The id a merge of this priority makes.
   uint32_t merged(uint32_t priority) const { return merged_.empty() ? priority : merged_[priority]; }
 

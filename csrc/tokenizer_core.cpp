@@ -6,7 +6,10 @@
 namespace zllm {
 
 TokenizerCore::TokenizerCore(BytePairModel model, std::vector<Grammar> grammars, std::vector<Special> specials)
-    : model_(std::move(model)), grammars_(std::move(grammars)), specials_(std::move(specials)) {
+    : model_(std::move(model)),
+      grammars_(std::move(grammars)),
+      specials_(std::move(specials)),
+      hot_seed_(seeded_hot_pieces(model_, &short_tokens_seeded_)) {
   std::stable_sort(specials_.begin(), specials_.end(),
                    [](const Special& a, const Special& b) { return a.bytes.size() > b.bytes.size(); });
   for (uint32_t k = 0; k < specials_.size(); ++k) {
@@ -18,25 +21,32 @@ TokenizerCore::TokenizerCore(BytePairModel model, std::vector<Grammar> grammars,
     if (!special_first_byte_[b]) continue;
     single_first_byte_ = single_first_byte_ == -1 ? b : -2;
   }
-  seed_hot_pieces();
 }
 
 // When a piece that is one token is that token (tiktoken), every short token is the encoding
-// of its own bytes: a new cache starts with them, as many as its slots keep (the lowest ids,
-// the most frequent), so a piece seen for the first time is usually a hit instead of a
-// vocabulary probe that misses every cache.
-void TokenizerCore::seed_hot_pieces() {
-  if (!model_.whole_piece_first()) return;
-  const uint32_t* off = model_.offsets().data();
-  const uint8_t* arena = reinterpret_cast<const uint8_t*>(model_.arena().data());
-  for (uint32_t id = 0; id < model_.num_tokens(); ++id) {
+// of its own bytes: a new cache starts with all of them, so a short piece it lacks is never one
+// and needs no vocabulary probe. Twice their count in slots: at most 3/8 full to begin with.
+HotPieces TokenizerCore::seeded_hot_pieces(const BytePairModel& model, bool* complete) {
+  *complete = false;
+  if (!model.whole_piece_first()) return HotPieces(kUnseededSlots);
+  const uint32_t* off = model.offsets().data();
+  const uint8_t* arena = reinterpret_cast<const uint8_t*>(model.arena().data());
+  const auto short_token = [&](uint32_t id) { return off[id + 1] > off[id] && off[id + 1] - off[id] <= HotPieces::kMaxBytes; };
+  size_t count = 0;
+  for (uint32_t id = 0; id < model.num_tokens(); ++id) count += short_token(id);
+  HotPieces hot(2 * count);
+  uint32_t scratch[HotPieces::kCopyAhead];
+  for (uint32_t id = 0; id < model.num_tokens(); ++id) {
+    if (!short_token(id)) continue;
     const uint8_t* p = arena + off[id];
     const size_t n = off[id + 1] - off[id];
-    if (n == 0 || n > HotPieces::kMaxBytes) continue;
-    // The id a lookup of these bytes finds: the lowest, when tokens share their bytes.
-    const int64_t whole = model_.whole(p, n, hash_bytes(p, n));
-    hot_seed_.seed(HotPieces::key(p, n, n), uint32_t(whole));
+    // Ascending ids: the lowest of the tokens that share their bytes, the one a vocabulary
+    // lookup finds, is the one kept.
+    const HotPieces::Key k = hot.key(p, n, n);
+    if (!hot.find(k, scratch)) hot.insert(k, &id, 1);
   }
+  *complete = model.num_tokens() <= size_t(HotPieces::kMaxId) + 1;
+  return hot;
 }
 
 size_t TokenizerCore::find_special(const uint8_t* s, size_t n, size_t from, size_t* index) const {
@@ -131,7 +141,7 @@ uint32_t* TokenizerCore::encode_pieces(const uint8_t* s, size_t n, size_t begin,
   for (size_t j = 0, b = begin; j < k; b = ends[j++]) {
     const size_t len = ends[j] - b;
     if (len > HotPieces::kMaxBytes) continue;
-    keys[j] = HotPieces::key(s + b, len, n - b);
+    keys[j] = cache.hot.key(s + b, len, n - b);
     cache.hot.prefetch(keys[j]);
   }
   for (size_t j = 0, b = begin; j < k; b = ends[j++]) {
@@ -139,32 +149,26 @@ uint32_t* TokenizerCore::encode_pieces(const uint8_t* s, size_t n, size_t begin,
     const size_t len = ends[j] - b;
     if (len > HotPieces::kMaxBytes) {
       w = encode_long_piece(p, len, cache, w);
-    } else if (!cache.hot.find(keys[j], w)) {
+    } else if (uint32_t* end = cache.hot.find(keys[j], w)) {
+      w = end;
+    } else {
       w = encode_short_piece(p, len, keys[j], cache, w);
     }
   }
   return w;
 }
 
-// A short piece the hot cache lacks: a token needs one vocabulary probe, and the piece cache
-// holds it only if the hot cache evicted it after merging it (PieceCache::insert_hot).
+// A short piece the hot cache lacks: merged, unless the cache does not hold every short token
+// and the piece is one.
 uint32_t* TokenizerCore::encode_short_piece(const uint8_t* p, size_t n, const HotPieces::Key& key,
                                             PieceCache& cache, uint32_t* w) const {
   uint32_t* end = w;
-  bool merged = false;
-  if (n == 1) {
-    end = model_.merge(p, n, w);
-  } else {
-    const uint64_t h = hash_bytes(p, n);
-    const int64_t id = model_.whole_piece_first() ? model_.whole(p, n, h) : -1;
-    if (id >= 0) {
-      *end++ = uint32_t(id);
-    } else if (!cache.find(p, n, h, end)) {
-      end = model_.merge(p, n, w);
-      merged = true;
-    }
+  if (n > 1 && model_.whole_piece_first() && !short_tokens_seeded_) {
+    const int64_t id = model_.whole(p, n, hash_bytes(p, n));
+    if (id >= 0) *end++ = uint32_t(id);
   }
-  cache.insert_hot(key, w, size_t(end - w), merged);
+  if (end == w) end = model_.merge(p, n, w);
+  cache.insert_hot(key, w, size_t(end - w));
   return end;
 }
 

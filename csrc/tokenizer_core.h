@@ -64,7 +64,9 @@ class TokenizerCore {
   uint32_t* encode_short_piece(const uint8_t* p, size_t n, const HotPieces::Key& key, PieceCache& cache,
                                uint32_t* w) const;
   uint32_t* encode_long_piece(const uint8_t* p, size_t n, PieceCache& cache, uint32_t* w) const;
-  void seed_hot_pieces();
+  // Pieces of up to HotPieces::kMaxBytes a cache starts with; *complete: every short token.
+  static HotPieces seeded_hot_pieces(const BytePairModel& model, bool* complete);
+  static constexpr size_t kUnseededSlots = size_t(1) << 16;  // 2 MB; grows
 
   BytePairModel model_;
   std::vector<Grammar> grammars_;
@@ -72,7 +74,8 @@ class TokenizerCore {
   bool special_first_byte_[256] = {};
   int single_first_byte_ = -1;  // the one first byte all specials share, else negative
   std::vector<std::pair<uint32_t, uint32_t>> special_by_id_;  // (id, index) sorted by id
-  HotPieces hot_seed_;  // what a new cache's hot pieces start as
+  bool short_tokens_seeded_ = false;  // a short piece the hot cache lacks is no token
+  HotPieces hot_seed_;                // what a new cache's hot pieces start as
   std::mutex caches_mu_;
   std::vector<std::unique_ptr<PieceCache>> caches_;
 };

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import random
-import string
+from itertools import accumulate
 
 import pytest
 from hypothesis import given, settings
@@ -41,11 +41,16 @@ def test_mixed_text_matches_tiktoken(family, family_tokenizers, tiktoken_encodin
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_caches_past_their_bounds_match_tiktoken(family, family_tokenizers, tiktoken_encodings):
-    """140,000 distinct words of several tokens each: more encodings than the hot cache keeps
-    spilled and more pieces than the piece cache holds, so both drop and refill mid-text."""
+    """350,000 distinct short words and 140,000 long ones, several tokens each: more short
+    pieces than the hot cache keeps at its largest (it grows, then starts again from its seed)
+    and more long ones than the piece cache holds (it is cleared), mid-text."""
     ours, ref = family_tokenizers[family], tiktoken_encodings[family]
     rng = random.Random(3)
-    text = "".join(" " + "".join(rng.choices(string.ascii_lowercase, k=12)) for _ in range(140_000))
+    lengths = [12] * 350_000 + [17] * 140_000
+    rng.shuffle(lengths)
+    letters = rng.randbytes(sum(lengths)).translate(bytes(97 + b % 26 for b in range(256))).decode()
+    starts = list(accumulate(lengths, initial=0))
+    text = "".join(" " + letters[a:b] for a, b in zip(starts, starts[1:]))
     expected = ref.encode_ordinary(text)
     assert ours.encode(text, disallowed_special=()) == expected
     assert ours.encode(text, disallowed_special=()) == expected
