@@ -16,6 +16,8 @@ emulation of the same kernels (tests/kernels/gpu_tokenize_emulated.py) that CI r
 """
 from __future__ import annotations
 
+import functools
+
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -54,8 +56,10 @@ def device_support(tokenizer: Tokenizer) -> str | None:
     return None
 
 
+@functools.cache
 def cuda_available() -> bool:
-    """Whether this build runs CUDA kernels and a CUDA device is present."""
+    """Whether this build runs CUDA kernels and a CUDA device is present. Asked once per
+    process: on a host without a driver the CUDA runtime's first answer takes ~70 ms."""
     return bool(getattr(_native, "with_cuda", False)) and _native.cuda_device_count() > 0
 
 
