@@ -17,6 +17,7 @@ import numpy as np
 
 from zllm_core.cache.scope import CacheHint
 from zllm_core.cache.token_ids import TokenIds
+from zllm_core.engine.heap_trim import HeapTrimmer
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
 from zllm_core.engine.output_processor import GenerationEvent, OutputProcessor
 from zllm_core.engine.sampling_params import SamplingParams
@@ -48,6 +49,7 @@ class AsyncEngine:
         self._ids = itertools.count()
         self._wake = threading.Event()
         self._closed = False
+        self._heap = HeapTrimmer()
         self._thread = threading.Thread(target=self._loop, name="zllm-engine", daemon=True)
         self._thread.start()
 
@@ -141,6 +143,7 @@ class AsyncEngine:
 
     def _turn(self) -> None:
         self._drain_commands()
+        self._heap.maybe_trim()
         if not self.engine.has_unfinished():
             self._wake.wait(timeout=0.5)
             self._wake.clear()

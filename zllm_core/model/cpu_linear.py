@@ -8,10 +8,23 @@ support would be emulated); the packed copy replaces the dense one.
 """
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
 from torch import nn
+
+# oneDNN keeps each primitive it creates (descriptor and JIT-compiled kernels, ~0.45 MiB with
+# both caches) in two LRU caches keyed by shape, its own and ideep's inside torch, 1024 entries
+# each by default. A server's row counts (batch sizes, prefill chunks, drafts) keep taking new
+# values, so at the default its RSS grew ~1 MiB a request, toward ~450 MiB more (issue 28).
+# Both read their capacity from the environment once, at first use: set here, before any
+# oneDNN call, unless the operator set them. 256 entries bound them to ~115 MiB and hold ~50
+# batch sizes of a model's ~5 projection shapes; a miss costs a few ms of kernel generation.
+PRIMITIVE_CACHE_CAPACITY = 256
+if not any(f"{prefix}PRIMITIVE_CACHE_CAPACITY" in os.environ for prefix in ("ONEDNN_", "DNNL_")):
+    os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(PRIMITIVE_CACHE_CAPACITY)
+os.environ.setdefault("LRU_CACHE_CAPACITY", str(PRIMITIVE_CACHE_CAPACITY))
 
 
 def can_prepack(weight: torch.Tensor) -> bool:
