@@ -68,3 +68,10 @@ def test_an_unknown_tool_dialect_is_one_clear_line():
     r = zllm("serve", "--tool-dialect", "xml")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "unknown tool dialect 'xml'" in r.stderr and "dsml" in r.stderr
+
+
+@pytest.mark.parametrize("flag, value, says", [("--max-prefill-tokens-while-decoding", "0", "'0' must be positive"),
+                                               ("--max-num-seqs", "x", "'x' is not an integer")])
+def test_an_engine_size_that_is_no_positive_integer_is_one_clear_line(flag, value, says):
+    r = zllm("serve", flag, value)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and says in r.stderr

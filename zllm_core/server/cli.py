@@ -31,6 +31,18 @@ def byte_size(text: str) -> int:
         value = int(float(body[:len(body) - len(unit)]) * _UNITS[unit])
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a byte size (e.g. 4G, 512M, 1048576)") from None
+    return _positive(value, text)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    return _positive(value, text)
+
+
+def _positive(value: int, text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     return value
@@ -83,13 +95,13 @@ def add_serve_parser(sub) -> None:
                    help="break token loops in generations (and end turns that keep looping)")
     p.add_argument("--kv-cache-bytes", type=byte_size, default=None,
                    help="device KV cache budget, e.g. 8G (default: the engine's, 1G)")
-    p.add_argument("--max-num-seqs", type=int, default=None,
+    p.add_argument("--max-num-seqs", type=positive_int, default=None,
                    help="most requests running at once (default: the engine's, 64)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=None,
+    p.add_argument("--max-num-batched-tokens", type=positive_int, default=None,
                    help="tokens per engine step, decodes first, prefill chunks in the rest "
                         "(default: the engine's, 2048; smaller keeps decoding streams smoother "
                         "while a long prompt prefills)")
-    p.add_argument("--max-prefill-tokens-while-decoding", type=int, default=None, metavar="N",
+    p.add_argument("--max-prefill-tokens-while-decoding", type=positive_int, default=None, metavar="N",
                    help="prefill tokens a step carries beside decoding streams (default: what the "
                         "budget leaves); small keeps streams' inter-token latency near idle while a "
                         "long prompt prefills, at the cost of that prompt's time to first token")
