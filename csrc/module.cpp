@@ -10,6 +10,7 @@ void register_paged_decode(pybind11::module_& m);
 void register_token_bitmask(pybind11::module_& m);
 void register_fence_walk(pybind11::module_& m);
 void register_json_equal(pybind11::module_& m);
+void register_json_items(pybind11::module_& m);
 namespace gpu_tokenize {
 void register_gpu_tokenize(pybind11::module_& m);
 }  // namespace gpu_tokenize
@@ -25,6 +26,7 @@ PYBIND11_MODULE(_native, m) {
   zllm::register_token_bitmask(m);
   zllm::register_fence_walk(m);
   zllm::register_json_equal(m);
+  zllm::register_json_items(m);
   zllm::gpu_tokenize::register_gpu_tokenize(m);
 #ifdef ZLLM_WITH_CUDA
   m.attr("with_cuda") = true;

@@ -22,8 +22,10 @@ from tests.server.in_process import serving
 from zllm_core.engine.async_engine import AsyncEngine
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.model.model_names import resolve_model
+from zllm_core.server import body
 from zllm_core.server.app import create_app
 from zllm_core.server.prompt import PromptBuilder
+from zllm_core.server.resent_body import ResentBodies
 from zllm_core.server.runtime import ServerConfig
 
 MODEL = "zllm-demo"
@@ -87,6 +89,14 @@ def _forcing(turn: Turn):
 
 @pytest.fixture(scope="module")
 def live():
+    # Every body, however small, is parsed from where it stops resending (resent_body.py),
+    # so the SDKs' real bodies of all three protocols take that path here.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(body, "RESENT", ResentBodies(min_bytes=0))
+        yield from _live()
+
+
+def _live():
     model_dir = resolve_model(MODEL)
     engine = ScriptedEngine(AsyncEngine.from_model(str(model_dir)))
     app = create_app(engine, PromptBuilder.from_model_dir(model_dir, engine.tokenizer),
@@ -122,12 +132,13 @@ def test_every_turn_hits_the_previous_prompt_and_its_generated_tokens(live, ask)
     system = f"[{ask.__name__}] {SYSTEM}"  # a conversation of its own per protocol
     engine.turns.clear()
     engine.script[:] = [non_canonical(tok, t) for t in range(TURNS)]
-    history, cached = [], []
+    history, cached, hits = [], [], body.RESENT.hits
     for t in range(TURNS):
         history.append({"role": "user", "content": f"Step {t}: run the checks."})
         text, hit = ask(url, system, history)
         history.append({"role": "assistant", "content": text})
         cached.append(hit)
+    assert body.RESENT.hits - hits == TURNS - 1
     turns = engine.turns
     for t in range(TURNS):
         answer = turns[t].answer

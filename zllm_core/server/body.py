@@ -7,6 +7,8 @@ escape, NaN, a 100-digit integer, UTF-16) or raises the JSONDecodeError FastAPI 
 protocol's 400 (bytes in no Unicode encoding included, which the standard parser would refuse
 with a UnicodeDecodeError instead). So a client sees what it saw before, only sooner; the one difference is
 an integer past 64 bits, which orjson reads as a float (no field here takes such a value).
+A large body that resends a recent one's conversation is parsed from where it stops
+resending (resent_body.py).
 """
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
 from zllm_core.server.errors import ROUTE_ERRORS, route_error
+from zllm_core.server.resent_body import ResentBodies
+
+RESENT = ResentBodies()
 
 
 def loads(body: bytes) -> Any:
@@ -34,7 +39,8 @@ def loads(body: bytes) -> Any:
 class FastBodyRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            self._json = loads(await self.body())
+            route = (self.scope.get("state", {}).get("tenant", ""), self.scope["path"])
+            self._json = RESENT.loads(await self.body(), route, loads)
         return self._json
 
 
