@@ -33,7 +33,7 @@ def answer(tok) -> np.ndarray:
 
 def test_a_verbatim_resent_answer_keeps_the_generated_ids(conversations, qwen):
     first = conversations.encode(PROMPT)
-    conversations.record(first.session, PROMPT, first.ids, answer(qwen))
+    conversations.record(first, PROMPT, answer(qwen))
     later = conversations.encode(PROMPT + "hello" + NEXT)
     seen = np.concatenate((first.ids, answer(qwen)))
     assert np.array_equal(later.ids[:len(seen)], seen)
@@ -43,7 +43,7 @@ def test_a_verbatim_resent_answer_keeps_the_generated_ids(conversations, qwen):
 
 def test_an_answer_resent_differently_falls_back_to_the_prompt_and_is_logged(conversations, qwen, caplog):
     first = conversations.encode(PROMPT)
-    conversations.record(first.session, PROMPT, first.ids, answer(qwen))
+    conversations.record(first, PROMPT, answer(qwen))
     with caplog.at_level(logging.WARNING, logger="zllm.tokenizer"):
         later = conversations.encode(PROMPT + "help" + NEXT)
     assert np.array_equal(later.ids[:len(first.ids)], first.ids)
@@ -61,7 +61,7 @@ def test_spans_are_evicted_with_their_session(qwen):
     tokens = IncrementalTokenizer(qwen, budget_bytes=1, allowed_special="all")  # one session at a time
     conversations = ConversationTokenizer(tokens)
     first = conversations.encode(PROMPT)
-    conversations.record(first.session, PROMPT, first.ids, answer(qwen))
+    conversations.record(first, PROMPT, answer(qwen))
     conversations.encode("an unrelated conversation " * 300)
     assert tokens.store.get(first.session) is None
     assert conversations.encode(PROMPT + "hello" + NEXT).exact_chars == 0
@@ -69,7 +69,7 @@ def test_spans_are_evicted_with_their_session(qwen):
 
 def test_a_prompt_sent_again_is_no_near_miss(conversations, qwen):
     first = conversations.encode(PROMPT)
-    conversations.record(first.session, PROMPT, first.ids, answer(qwen))
+    conversations.record(first, PROMPT, answer(qwen))
     again = conversations.encode(PROMPT)  # a retry, or count_tokens before the real call
     assert np.array_equal(again.ids, first.ids) and conversations.stats.near_misses == 0
 
@@ -79,6 +79,6 @@ def test_a_conversation_forked_from_a_longer_one_keeps_finding_its_own_spans(con
     conversations.encode(system + "<|im_start|>user\n" + "Read the file. " * 2000)  # many indexed blocks
     compacted = system + "<|im_start|>user\nSummary so far.<|im_end|>\n<|im_start|>assistant\n"
     fork = conversations.encode(compacted)  # the same instructions: a fork of that session
-    conversations.record(fork.session, compacted, fork.ids, answer(qwen))
+    conversations.record(fork, compacted, answer(qwen))
     later = conversations.encode(compacted + "hello" + NEXT)
     assert later.session == fork.session and later.exact_chars == len(compacted) + 5

@@ -17,17 +17,25 @@ from zllm_core.dialects import ChatTemplate, DsmlPrompt, StreamParser, prompt_fo
 from zllm_core.dialects.incremental_render import IncrementalRenderer, Rendered
 from zllm_core.fence.grammar import FenceVocab
 from zllm_core.protocols.canonical import CanonicalRequest, RequestError
-from zllm_core.tokenizer.conversation import ConversationTokenizer
+from zllm_core.tokenizer.conversation import ConversationIds, ConversationTokenizer
 from zllm_core.tokenizer.incremental import IncrementalTokenizer
 
 
 @dataclass(frozen=True)
 class Prompt:
     text: str
-    token_ids: np.ndarray  # uint32, read-only: later requests never change it
+    ids: ConversationIds  # the token ids with their conversation, where the generation is recorded
     in_reasoning: bool  # the generation prompt ends inside an open reasoning block
-    conversation: str  # one identity for the tokenizer session, exact spans and the cache's hint
-    session: int  # the tokenizer session its generation is recorded in
+
+    @property
+    def token_ids(self) -> np.ndarray:
+        """uint32, read-only: later requests never change it."""
+        return self.ids.ids
+
+    @property
+    def conversation(self) -> str:
+        """One identity for the tokenizer session, exact spans and the cache's hint."""
+        return self.ids.conversation
 
 
 class PromptBuilder:
@@ -83,12 +91,11 @@ class PromptBuilder:
         # without one the longest stored text prefix does. Its recorded ids are reused where
         # the text is resent verbatim; the rest equals a full encode.
         ids = self.conversations.encode(text, scope, key=req.cache_key, prefix=rendered.prefix)
-        return Prompt(text, ids.ids, self.template.dialect.starts_in_reasoning(text), ids.conversation,
-                      ids.session)
+        return Prompt(text, ids, self.template.dialect.starts_in_reasoning(text))
 
     def record(self, prompt: Prompt, generated: np.ndarray) -> None:
         """The ids the model generated for `prompt`, kept for the conversation's next turn."""
-        self.conversations.record(prompt.session, prompt.text, prompt.token_ids, generated)
+        self.conversations.record(prompt.ids, prompt.text, generated)
 
     def parser(self, req: CanonicalRequest, prompt: Prompt, scope: str) -> StreamParser:
         """An incremental parser splitting output text into text, reasoning and tool-call events."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zllm_core.tokenizer.exact_spans import ExactSpans, Span
+from zllm_core.tokenizer.id_run import IdRun
 from zllm_core.tokenizer.incremental import IncrementalTokenizer
 
 log = logging.getLogger("zllm.tokenizer")
@@ -39,6 +40,7 @@ class ConversationIds:
     # tokenizer session and the prefix cache's terminal session alike
     session: int  # the tokenizer session holding this conversation's spans
     exact_chars: int  # leading characters whose ids a recorded span gave; 0: all tokenized now
+    run: IdRun | None = None  # the conversation's buffer `ids` is a view of (None: the tokenizer's)
 
 
 @dataclass
@@ -61,33 +63,34 @@ class ConversationTokenizer:
         spans = session.spans if session is not None else ExactSpans()
         span = spans.longest_prefix_of(text, prefix)
         self._check_near_miss(spans, span, text, prefix)
+        run = None
         if span is None:
             ids, session = self.tokens.encode_session(text, scope, key)
         else:
-            ids = self._extend(span, text)
+            ids, run = self._extend(span, text)
             self.stats.hits += 1
             self.stats.tokens += len(span.ids)
-        self.tokens.add_span(session.id, Span(ids, text))
+        self.tokens.add_span(session.id, Span(ids, text, run=run))
         return ConversationIds(ids, key or f"{_PROCESS}-{session.id}", session.id,
-                               len(span) if span is not None else 0)
+                               len(span) if span is not None else 0, run)
 
-    def record(self, session: int, prompt_text: str, prompt_ids: np.ndarray, generated: np.ndarray) -> None:
-        """The model answered a prompt of `session` with `generated`: the span of both, under
-        the text those ids decode to, which a resent history must contain verbatim to use them."""
+    def record(self, prompt: ConversationIds, prompt_text: str, generated: np.ndarray) -> None:
+        """The model answered `prompt` (its text `prompt_text`) with `generated`: the span of
+        both, under the text those ids decode to, which a resent history must contain verbatim
+        to use them."""
         answer = self.tokens.tokenizer.decode(generated.tolist())
-        ids = np.concatenate((prompt_ids, generated.astype(prompt_ids.dtype, copy=False)))
-        self.tokens.add_span(session, Span(_frozen(ids), prompt_text, answer))
+        ids, run = _extended(prompt.run, prompt.ids, generated)
+        self.tokens.add_span(prompt.session, Span(ids, prompt_text, answer, run))
 
     def metrics(self) -> dict[str, int]:
         s = self.stats
         return {"exact_hits": s.hits, "exact_tokens": s.tokens, "exact_near_misses": s.near_misses}
 
-    def _extend(self, span: Span, text: str) -> np.ndarray:
+    def _extend(self, span: Span, text: str) -> tuple[np.ndarray, IdRun | None]:
         rest = text[len(span):]
         if not rest:
-            return span.ids
-        tail = self.tokens.encode_alone(rest)
-        return _frozen(np.concatenate((span.ids, tail.astype(span.ids.dtype, copy=False))))
+            return span.ids, span.run
+        return _extended(span.run, span.ids, self.tokens.encode_alone(rest))
 
     def _check_near_miss(self, spans: ExactSpans, used: Span | None, text: str, prefix: str | None) -> None:
         """Logs a recorded span longer than the one used that the text forks from: the client
@@ -120,6 +123,6 @@ def _common_prefix(a: str, b: str) -> int:
     return lo
 
 
-def _frozen(ids: np.ndarray) -> np.ndarray:
-    ids.flags.writeable = False
-    return ids
+def _extended(run: IdRun | None, ids: np.ndarray, tail: np.ndarray) -> tuple[np.ndarray, IdRun]:
+    """`ids` then `tail`, in the conversation's run (a first extension starts one)."""
+    return run.extend(ids, tail) if run is not None else IdRun.of(ids, tail)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zllm_core.tokenizer.id_run import IdRun
+
 KEPT_SPANS = 4  # a prompt and its generation per turn: a conversation's last two turns
 
 
@@ -31,6 +33,7 @@ class Span:
     ids: np.ndarray  # uint32, read-only: what the model saw for the text
     base: str  # as rendered (before the tokenizer's normalization)
     tail: str = ""
+    run: IdRun | None = None  # the buffer `ids` is a view of, which a longer span extends
 
     def __len__(self) -> int:
         return len(self.base) + len(self.tail)
@@ -59,10 +62,6 @@ class Span:
         return (len(a) == len(b) and b.base.startswith(a.base) and b.base.startswith(a.tail[:k], len(a.base))
                 and a.tail.startswith(b.tail, k))
 
-    @property
-    def nbytes(self) -> int:
-        return sys.getsizeof(self.base) + sys.getsizeof(self.tail) + self.ids.nbytes
-
 
 @dataclass(frozen=True)
 class ExactSpans:
@@ -85,4 +84,9 @@ class ExactSpans:
 
     @property
     def nbytes(self) -> int:
-        return sum(s.nbytes for s in self.spans)
+        """Each text and id buffer once: a conversation's spans share them (a span's base is
+        the previous prompt's text object, its ids a view of the conversation's run)."""
+        texts = {id(t): sys.getsizeof(t) for s in self.spans for t in (s.base, s.tail)}
+        held = (s.run if s.run is not None else s.ids for s in self.spans)
+        ids = {id(h): h.nbytes for h in held}
+        return sum(texts.values()) + sum(ids.values())
