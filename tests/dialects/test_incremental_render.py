@@ -10,6 +10,7 @@ import pytest
 from zllm_core.dialects import ChatTemplate, DsmlPrompt, FunctionTool, Message, ToolCall, dialect_named
 from zllm_core.dialects.chat_template import content_literals
 from zllm_core.dialects.incremental_render import IncrementalRenderer
+from zllm_core.rope import Rope, flat
 
 from .sample import TEMPLATES
 
@@ -60,7 +61,7 @@ def agent_session(rng: random.Random, turns: int, tools: bool, reasoning: bool) 
 def replay(renderer: IncrementalRenderer, template, calls: list[list[Message]], tools, **options) -> None:
     for messages in calls:
         expected = template.render(messages, tools, add_generation_prompt=True, **options)
-        assert renderer.render(messages, tools, **options).text == expected
+        assert flat(renderer.render(messages, tools, **options).text) == expected
 
 
 @pytest.mark.parametrize("name", [*FAMILIES, "dsml"])
@@ -88,7 +89,7 @@ def test_options_are_part_of_the_conversation(name):
     for messages in calls:
         for thinking in (True, False):
             expected = template.render(messages, TOOLS, enable_thinking=thinking)
-            assert renderer.render(messages, TOOLS, enable_thinking=thinking).text == expected
+            assert flat(renderer.render(messages, TOOLS, enable_thinking=thinking).text) == expected
 
 
 def test_a_long_tool_loop_renders_its_window_only():
@@ -105,10 +106,15 @@ def test_a_long_tool_loop_renders_its_window_only():
             return template.render(messages, tools, add_generation_prompt, **kw)
 
     renderer = IncrementalRenderer(Counting(), shadow_every=0)
+    previous, extended = None, 0
     for messages in calls:
-        assert renderer.render(messages, TOOLS).text == template.render(messages, TOOLS)
+        out = renderer.render(messages, TOOLS)
+        assert flat(out.text) == template.render(messages, TOOLS)
+        # A continuation is a rope over the previous prompt object: the history is not copied.
+        extended += isinstance(out.text, Rope) and previous is not None and out.prefix is previous.text
+        previous = out
     whole = sum(1 for n in rendered if n > 40)
-    assert renderer.stats.incremental > 100
+    assert renderer.stats.incremental > 100 and extended > 100
     assert whole <= 2 * renderer.stats.shapes_checked + renderer.stats.forks + 2
 
 
@@ -121,9 +127,9 @@ def test_a_changed_history_renders_whole():
         renderer.render(messages, TOOLS)
     edited = list(calls[-1])
     edited[3] = Message("user", "something else")
-    assert renderer.render(edited, TOOLS).text == template.render(edited, TOOLS)
+    assert flat(renderer.render(edited, TOOLS).text) == template.render(edited, TOOLS)
     fewer_tools = TOOLS[:1]
-    assert renderer.render(calls[-1], fewer_tools).text == template.render(calls[-1], fewer_tools)
+    assert flat(renderer.render(calls[-1], fewer_tools).text) == template.render(calls[-1], fewer_tools)
 
 
 def test_scopes_do_not_share_conversations():

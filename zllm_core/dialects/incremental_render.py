@@ -6,7 +6,8 @@ a conversation keeps its rendered text without the generation prompt, and a wind
 first message, the last occurrence of every kind of message before its tail, and the tail
 itself. A continuation renders the window with the new messages appended; when the window's
 old text is a prefix of that render (the template did not re-render the old part, as Qwen3
-does to reasoning once a new question arrives), the new part is appended to the stored text.
+does to reasoning once a new question arrives), the new part extends the stored text (a
+rope: zllm_core/rope.py, so a resent megabyte is neither copied nor compared).
 
 The window stands in for the history, so it must render the new messages as the whole
 conversation would. That is checked once per template and shape, the template analogue of
@@ -28,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Protocol, Sequence
 
+from zllm_core.rope import Rope, Text, flat
+
 from .conversation import FunctionTool, Message
 
 log = logging.getLogger("zllm.render")
@@ -48,8 +51,8 @@ class Template(Protocol):
 
 @dataclass(frozen=True)
 class Rendered:
-    text: str  # the prompt, exactly as the template renders it
-    prefix: str | None  # a string object `text` was built by extending (the conversation's
+    text: Text  # the prompt, exactly as the template renders it
+    prefix: Text | None  # the text object `text` was built by extending (the conversation's
     # previous prompt), or None: lets the tokenizer prove shared text by identity
 
 
@@ -61,7 +64,7 @@ class _Rendered:
     messages: list[Message]  # never mutated
     tools: list[FunctionTool]
     options: tuple[tuple[str, Any], ...]
-    prompt: str  # as returned: the conversation and then `suffix`, the generation prompt
+    prompt: Text  # as returned: the conversation and then `suffix`, the generation prompt
     suffix: str
     window: tuple[int, ...]  # indices of the messages that stand in for the history
     kinds: tuple[Hashable, ...]  # their kinds
@@ -144,9 +147,9 @@ class IncrementalRenderer:
                 return None
         self.stats.incremental += 1
         if added.startswith(base.suffix):  # most templates open an assistant turn as their prompt does
-            prompt, prefix = "".join((base.prompt, added[len(base.suffix):], suffix)), base.prompt
+            prompt, prefix = Rope(base.prompt, added[len(base.suffix):] + suffix), base.prompt
         else:
-            prompt, prefix = "".join((base.prompt[:len(base.prompt) - len(base.suffix)], added, suffix)), None
+            prompt, prefix = "".join((flat(base.prompt)[:len(base.prompt) - len(base.suffix)], added, suffix)), None
         self._maybe_shadow(prompt, messages, base)
         compressed, kept = window, kinds
         if len(window) > len(base.window) and len(window) > WINDOW_SLACK:
@@ -166,7 +169,7 @@ class IncrementalRenderer:
         window_prompt = self._render([messages[i] for i in window], base.tools, base.options, True)
         suffix = prompt[len(whole):]
         kept = len(base.prompt) - len(base.suffix)
-        ok = (len(whole) == kept + len(added) and whole.startswith(base.prompt[:kept]) and whole.endswith(added)
+        ok = (len(whole) == kept + len(added) and whole.startswith(flat(base.prompt)[:kept]) and whole.endswith(added)
               and prompt.startswith(whole) and window_prompt.startswith(window_text)
               and window_prompt[len(window_text):] == suffix)
         self._shapes[shape] = ok
@@ -190,15 +193,15 @@ class IncrementalRenderer:
             self._prompts[key] = prompt[len(whole):]
         return self._prompts.get(key)
 
-    def _maybe_shadow(self, prompt: str, messages: list[Message], base: _Rendered) -> None:
+    def _maybe_shadow(self, prompt: Text, messages: list[Message], base: _Rendered) -> None:
         if not self.shadow_every or (self.stats.incremental % self.shadow_every):
             return
         self._shadow.submit(self._shadow_check, prompt, messages, base.tools, base.options)
 
-    def _shadow_check(self, prompt: str, messages: list[Message], tools: list[FunctionTool],
+    def _shadow_check(self, prompt: Text, messages: list[Message], tools: list[FunctionTool],
                       opts: tuple[tuple[str, Any], ...]) -> None:
         self.stats.shadow_checks += 1
-        if self._render(messages, tools, opts, True) != prompt:
+        if self._render(messages, tools, opts, True) != flat(prompt):
             self.stats.shadow_failures += 1
             self._give_up("a sampled whole render disagreed with its incremental render")
 

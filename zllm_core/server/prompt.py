@@ -17,13 +17,14 @@ from zllm_core.dialects import ChatTemplate, DsmlPrompt, StreamParser, prompt_fo
 from zllm_core.dialects.incremental_render import IncrementalRenderer, Rendered
 from zllm_core.fence.grammar import FenceVocab
 from zllm_core.protocols.canonical import CanonicalRequest, RequestError
+from zllm_core.rope import Text, flat
 from zllm_core.tokenizer.conversation import ConversationIds, ConversationTokenizer
 from zllm_core.tokenizer.incremental import IncrementalTokenizer
 
 
 @dataclass(frozen=True)
 class Prompt:
-    text: str
+    text: Text  # a rope over the previous prompt when the conversation continues it
     ids: ConversationIds  # the token ids with their conversation, where the generation is recorded
     in_reasoning: bool  # the generation prompt ends inside an open reasoning block
 
@@ -71,7 +72,7 @@ class PromptBuilder:
 
     def render(self, req: CanonicalRequest, scope: str = "") -> str:
         """The prompt text exactly as the model's template renders the request."""
-        return self._rendered(req, scope).text
+        return flat(self._rendered(req, scope).text)
 
     def _rendered(self, req: CanonicalRequest, scope: str) -> Rendered:
         extra = {} if req.thinking is None else {"enable_thinking": req.thinking}

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zllm_core.rope import Text, flat, suffix_from
 from zllm_core.tokenizer.exact_spans import ExactSpans, Span
 from zllm_core.tokenizer.id_run import IdRun
 from zllm_core.tokenizer.incremental import IncrementalTokenizer
@@ -55,17 +56,19 @@ class ConversationTokenizer:
         self.tokens = tokens
         self.stats = ExactStats()
 
-    def encode(self, text: str, scope: str = "", key: str | None = None,
-               prefix: str | None = None) -> ConversationIds:
-        """`prefix`: a string object `text` is known to start with (the previous prompt it was
-        rendered from), which proves recorded spans by identity instead of by comparison."""
-        session = self.tokens.find(text, scope, key)
+    def encode(self, text: Text, scope: str = "", key: str | None = None,
+               prefix: Text | None = None) -> ConversationIds:
+        """`prefix`: a text object `text` is known to start with (the previous prompt it was
+        rendered from), which proves recorded spans by identity instead of by comparison; a
+        continuing conversation's `text` (a rope over `prefix`) is then never made whole."""
+        session = self.tokens.find(None, scope, key) if key is not None else None
+        session = session or self.tokens.find(flat(text), scope, key)
         spans = session.spans if session is not None else ExactSpans()
         span = spans.longest_prefix_of(text, prefix)
         self._check_near_miss(spans, span, text, prefix)
         run = None
         if span is None:
-            ids, session = self.tokens.encode_session(text, scope, key)
+            ids, session = self.tokens.encode_session(flat(text), scope, key)
         else:
             ids, run = self._extend(span, text)
             self.stats.hits += 1
@@ -74,7 +77,7 @@ class ConversationTokenizer:
         return ConversationIds(ids, key or f"{_PROCESS}-{session.id}", session.id,
                                len(span) if span is not None else 0, run)
 
-    def record(self, prompt: ConversationIds, prompt_text: str, generated: np.ndarray) -> None:
+    def record(self, prompt: ConversationIds, prompt_text: Text, generated: np.ndarray) -> None:
         """The model answered `prompt` (its text `prompt_text`) with `generated`: the span of
         both, under the text those ids decode to, which a resent history must contain verbatim
         to use them."""
@@ -86,17 +89,20 @@ class ConversationTokenizer:
         s = self.stats
         return {"exact_hits": s.hits, "exact_tokens": s.tokens, "exact_near_misses": s.near_misses}
 
-    def _extend(self, span: Span, text: str) -> tuple[np.ndarray, IdRun | None]:
-        rest = text[len(span):]
+    def _extend(self, span: Span, text: Text) -> tuple[np.ndarray, IdRun | None]:
+        rest = suffix_from(text, len(span))
         if not rest:
             return span.ids, span.run
         return _extended(span.run, span.ids, self.tokens.encode_alone(rest))
 
-    def _check_near_miss(self, spans: ExactSpans, used: Span | None, text: str, prefix: str | None) -> None:
+    def _check_near_miss(self, spans: ExactSpans, used: Span | None, text: Text, prefix: Text | None) -> None:
         """Logs a recorded span longer than the one used that the text forks from: the client
         resent an earlier answer differently (and its ids are tokenized anew)."""
         longest = max(spans.spans, key=len, default=None)
-        if longest is None or longest is used or longest.extends(text):
+        if longest is None or longest is used:
+            return
+        text = flat(text)
+        if longest.extends(text):
             return  # a retry of an earlier prompt
         if prefix is not None and longest.base is prefix:  # text and the span share `prefix`: compare their rest
             at = len(prefix) + _common_prefix(longest.tail, text[len(prefix):])

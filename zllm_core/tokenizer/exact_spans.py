@@ -14,11 +14,11 @@ history costs nothing here.
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 import numpy as np
 
+from zllm_core.rope import Text, flat, nbytes, startswith_at
 from zllm_core.tokenizer.id_run import IdRun
 
 KEPT_SPANS = 4  # a prompt and its generation per turn: a conversation's last two turns
@@ -31,7 +31,7 @@ class Span:
     it, kept apart so a megabyte of history is never copied to record an answer."""
 
     ids: np.ndarray  # uint32, read-only: what the model saw for the text
-    base: str  # as rendered (before the tokenizer's normalization)
+    base: Text  # as rendered (before the tokenizer's normalization)
     tail: str = ""
     run: IdRun | None = None  # the buffer `ids` is a view of, which a longer span extends
 
@@ -40,27 +40,31 @@ class Span:
 
     @property
     def text(self) -> str:
-        return self.base + self.tail  # diagnostics only: a copy
+        return flat(self.base) + self.tail  # diagnostics only: a copy
 
-    def begins(self, text: str, prefix: str | None = None) -> bool:
-        """Whether `text` starts with this span's text; `prefix`, if given, is a string object
+    def begins(self, text: Text, prefix: Text | None = None) -> bool:
+        """Whether `text` starts with this span's text; `prefix`, if given, is a text object
         `text` is known to start with."""
         if self.base is not prefix:
-            return text.startswith(self.base) and text.startswith(self.tail, len(self.base))
-        return text.startswith(self.tail, len(self.base))
+            text = flat(text)
+            return text.startswith(flat(self.base)) and text.startswith(self.tail, len(self.base))
+        return startswith_at(text, self.tail, len(self.base))
 
     def extends(self, text: str) -> bool:
         """Whether this span's text starts with `text`."""
-        if len(text) <= len(self.base):
-            return self.base.startswith(text)
-        return text.startswith(self.base) and self.tail.startswith(text[len(self.base):])
+        base = flat(self.base)
+        if len(text) <= len(base):
+            return base.startswith(text)
+        return text.startswith(base) and self.tail.startswith(text[len(base):])
 
     def same(self, other: "Span") -> bool:
-        """Whether the two texts are equal, compared piece by piece (never joined)."""
+        """Whether the two texts are equal, compared piece by piece."""
+        if len(self) != len(other):
+            return False
         a, b = (self, other) if len(self.base) <= len(other.base) else (other, self)
         k = len(b.base) - len(a.base)  # b's base is a's base and then a's tail's first k
-        return (len(a) == len(b) and b.base.startswith(a.base) and b.base.startswith(a.tail[:k], len(a.base))
-                and a.tail.startswith(b.tail, k))
+        a_base, b_base = flat(a.base), flat(b.base)
+        return b_base.startswith(a_base) and b_base.startswith(a.tail[:k], len(a_base)) and a.tail.startswith(b.tail, k)
 
 
 @dataclass(frozen=True)
@@ -74,10 +78,14 @@ class ExactSpans:
         older = tuple(s for s in self.spans if not s.same(span))  # a resent prompt replaces itself
         return ExactSpans((*older, span)[-kept:])
 
-    def longest_prefix_of(self, text: str, prefix: str | None = None) -> Span | None:
+    def longest_prefix_of(self, text: Text, prefix: Text | None = None) -> Span | None:
         """The longest span `text` begins with verbatim (a continuing conversation matches the
         first one tried, its last generation); `prefix` as in `Span.begins`."""
         for span in sorted(self.spans, key=len, reverse=True):
+            if len(span) > len(text):
+                continue
+            if span.base is not prefix:
+                text = flat(text)  # made whole once, for this and the shorter spans
             if span.begins(text, prefix):
                 return span
         return None
@@ -86,7 +94,6 @@ class ExactSpans:
     def nbytes(self) -> int:
         """Each text and id buffer once: a conversation's spans share them (a span's base is
         the previous prompt's text object, its ids a view of the conversation's run)."""
-        texts = {id(t): sys.getsizeof(t) for s in self.spans for t in (s.base, s.tail)}
         held = (s.run if s.run is not None else s.ids for s in self.spans)
         ids = {id(h): h.nbytes for h in held}
-        return sum(texts.values()) + sum(ids.values())
+        return nbytes(t for s in self.spans for t in (s.base, s.tail)) + sum(ids.values())

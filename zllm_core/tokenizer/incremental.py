@@ -114,8 +114,9 @@ class IncrementalTokenizer:
         """Ids of `text` tokenized on its own (no session), under this tokenizer's special policy."""
         return self.tokenizer.encode_to_numpy(self.tokenizer.normalize(text), allowed_special=self._allowed)
 
-    def find(self, text: str, scope: str = "", key: str | None = None) -> Session | None:
-        """The session `encode` would continue, marked recently used; nothing is tokenized."""
+    def find(self, text: str | None, scope: str = "", key: str | None = None) -> Session | None:
+        """The session `encode` would continue (by `key` alone if `text` is None), marked
+        recently used; nothing is tokenized."""
         with self._lock:
             session = self.store.find(scope, text, key)
             if session is not None:

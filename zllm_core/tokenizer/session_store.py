@@ -70,9 +70,10 @@ class SessionStore:
         self._sizes: dict[int, int] = {}
 
     # ---- lookup
-    def find(self, scope: str, text: str, key: str | None) -> Session | None:
+    def find(self, scope: str, text: str | None, key: str | None) -> Session | None:
+        """By key, else (unless `text` is None) by the longest text prefix."""
         session = self._by_key.get((scope, key)) if key is not None else None
-        return session or self.longest_prefix(scope, text)
+        return session or (self.longest_prefix(scope, text) if text is not None else None)
 
     def longest_prefix(self, scope: str, text: str) -> Session | None:
         for k in range(len(text) // self.stride - 1, -1, -1):
