@@ -57,9 +57,10 @@ class Runtime:
         return cls(config, Generation(generate, end_ids, prompts, limits, metrics),
                    ResponseStore(config.store_path, config.store_timeout))
 
-    def bind(self, conn: HTTPConnection) -> None:
+    async def bind(self, conn: HTTPConnection) -> None:
         """A route dependency: this runtime for the request's routes, whichever app mounts them.
-        A request the Gate did not see (an app of the caller's) belongs to the default tenant."""
+        A request the Gate did not see (an app of the caller's) belongs to the default tenant.
+        A coroutine, so FastAPI runs it on the event loop rather than hopping to a thread."""
         conn.state.runtime = self
         if getattr(conn.state, "tenant", None) is None:
             conn.state.tenant = ""
