@@ -140,16 +140,20 @@ class ConversationClock:
     def _evict(self) -> list[Held]:
         """Conversations released, least recently used first, down to the budget; the most
         recently used one and those in use stay."""
+        victims, over = [], self.stats.bytes - self.budget_bytes
+        if over > 0 and self._lru:
+            newest = next(reversed(self._lru))
+            for name, conv in self._lru.items():  # oldest first; only as far as it takes
+                if over <= 0 or name == newest:
+                    break
+                if not conv.users:
+                    victims.append(name)
+                    over -= conv.nbytes
         released = []
-        for name in list(self._lru)[:-1]:
-            if self.stats.bytes <= self.budget_bytes:
-                break
-            conv = self._lru[name]
-            if conv.users:
-                continue
-            del self._lru[name]
+        for name in victims:
+            conv = self._lru.pop(name)
             released += [self._unhold(conv, slot) for slot in list(conv.held)]
-            self.stats.evictions += 1
+        self.stats.evictions += len(victims)
         self.stats.conversations = len(self._lru)
         return released
 
