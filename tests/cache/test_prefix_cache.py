@@ -144,6 +144,19 @@ def test_round_limit_drops_old_terminal_states_but_not_shared_blocks():
     assert hit.num_tokens == len(tokens)
 
 
+def test_a_forgotten_id_loses_its_terminal_states_but_not_its_blocks():
+    cache = PrefixCache(BlockPool(256, BS))
+    tokens = list(range(24))
+    for turn in range(2):
+        run_request(cache, f"t{turn}", tokens[:16 + 8 * turn], cache_id="conv")
+    run_request(cache, "other", tokens, scope=SCOPE_B, cache_id="conv")  # another tenant's id
+    cache.forget(CacheRequest(SCOPE_A, "conv"))
+    assert cache.sessions.latest(SCOPE_A, "conv") is None and len(cache.sessions) == 1
+    assert cache.sessions.latest(SCOPE_B, "conv") is not None
+    hit, _ = run_request(cache, "next", tokens + [1], cache_id="conv")
+    assert hit.num_tokens == len(tokens) and hit.kind == "longest_prefix"  # found by its keys alone
+
+
 @pytest.mark.parametrize("algo", ["sha256", "fast128"])
 def test_both_hash_algorithms_serve_hits(algo):
     cache = PrefixCache(BlockPool(32, BS), hash_algo=algo)

@@ -66,6 +66,11 @@ class KVCacheManager:
         if self.cache is not None:
             self.cache.release(request_id, ids, tokens)
 
+    def forget(self, request: CacheRequest) -> None:
+        """Drops the terminal states kept under the request's cache id."""
+        if self.cache is not None:
+            self.cache.forget(request)
+
     def metrics(self) -> dict[str, Any]:
         """Pool, cache and SSD counters. Safe from another thread without locks: it reads ints,
         and copies the lookups Counter in one C-level dict merge."""

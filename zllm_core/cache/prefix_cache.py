@@ -301,6 +301,12 @@ class PrefixCache:
     def evict(self, n: int) -> int:
         return self.index.evict(n)
 
+    def forget(self, request: CacheRequest) -> None:
+        """The id's terminal states are no longer wanted (its conversation ended); the blocks
+        stay indexed, evictable as any unused ones."""
+        if request.cache_id is not None:
+            self.sessions.forget(request.scope, request.cache_id)
+
     def persist(self) -> None:
         """Back up every indexed block the SSD tier lacks, and wait until it is on disk."""
         entries = self.index.entries()

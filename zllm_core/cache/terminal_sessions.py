@@ -2,7 +2,8 @@
 
 A terminal session is metadata (tokens, scope, block keys, parent, round); the K/V itself
 lives in indexed blocks, so branches that share history share blocks and eviction of
-unused blocks releases only what no branch is using.
+unused blocks releases only what no branch is using. A server releases a conversation's
+sessions with the rest of its state (`forget`, sent down by its conversation clock).
 """
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 
 from zllm_core.cache.token_ids import TOKEN_DTYPE, TokenIds
+
+MAX_ROUNDS = 4  # states kept per cache id: intermediate states do not stay forever
+# What an id's sessions hold per token of its latest, at most: each of its rounds (no longer
+# than the latest) keeps its tokens (int32) and, per block of 16, a 32-byte key (65 bytes as
+# an object), its tuple slot, block and epoch (8 bytes each).
+BYTES_PER_TOKEN = MAX_ROUNDS * (4 + -(-(65 + 8 + 8 + 8) // 16))
 
 
 @dataclass(frozen=True)
@@ -29,7 +36,9 @@ class TerminalSession:
 
 
 class TerminalSessions:
-    def __init__(self, max_rounds: int = 4, max_tokens: int = 16 << 20):
+    def __init__(self, max_rounds: int = MAX_ROUNDS, max_tokens: int = 16 << 20):
+        """`max_tokens` is a safety cap: sessions without an id (the engine used alone) have no
+        conversation to be released with."""
         self.max_rounds = max_rounds
         self.max_tokens = max_tokens
         self._all: OrderedDict[int, TerminalSession] = OrderedDict()  # oldest first
@@ -57,6 +66,11 @@ class TerminalSessions:
         while self._num_tokens > self.max_tokens and len(self._all) > 1:
             self._remove(next(iter(self._all)))
         return session
+
+    def forget(self, scope: bytes, cache_id: str) -> None:
+        """Drops every round of the id's sessions."""
+        for serial in list(self._by_id.get((scope, cache_id), ())):
+            self._remove(serial)
 
     def latest(self, scope: bytes, cache_id: str) -> Optional[TerminalSession]:
         rounds = self._by_id.get((scope, cache_id))

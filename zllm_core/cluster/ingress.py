@@ -137,7 +137,8 @@ class Ingress:
         window = max(1, args.route_window_tokens // info.keys.block_size)
         info = dataclasses.replace(info, keys=dataclasses.replace(info.keys, window_blocks=window))
         model_dir = resolve_model(args.model)
-        self.prompts = PromptBuilder.from_model_dir(model_dir, Tokenizer.from_pretrained(model_dir), args.tool_dialect)
+        self.prompts = PromptBuilder.from_model_dir(model_dir, Tokenizer.from_pretrained(model_dir), args.tool_dialect,
+                                                    args.conversation_bytes)
         self.engine = ClusterEngine(engines, info, tags_for(self.prompts.dialect))
         self.config = server_config(args)
 

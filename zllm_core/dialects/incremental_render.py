@@ -19,6 +19,10 @@ template tests content against (`'</think>' in content`, `startswith('<tool_resp
 read from its source), whether the content contains, starts or ends with it. A template
 that fails `MAX_FAILED_SHAPES` shapes renders in full, named in a log line; so does one whose
 sampled shadow render (`shadow_every`) ever disagrees.
+
+What is kept for a conversation is named by `Rendered.state`; `held` and `forget` let the
+conversation clock (conversation_clock.py) account and release it with the rest of its
+conversation's state.
 """
 from __future__ import annotations
 
@@ -26,10 +30,12 @@ import logging
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Hashable, Protocol, Sequence
 
+from zllm_core.conversation_clock import Held
 from zllm_core.rope import Rope, Text, flat
+from zllm_core.rope import nbytes as text_nbytes
 
 from .conversation import FunctionTool, Message
 
@@ -38,7 +44,11 @@ log = logging.getLogger("zllm.render")
 TAIL = 2  # a window's last messages, kept whatever their kind (templates look at neighbours)
 WINDOW_SLACK = 12  # messages a window grows by before it is compressed again (one render then)
 MAX_FAILED_SHAPES = 8
-BUDGET_CHARS = 256 << 20  # rendered text kept across conversations
+# A hard safety cap, least recently used dropped past it: a conversation's render is kept
+# before its id is known (the tokenizer finds it), so the conversation clock bounds it only
+# once the prompt is built; this bounds what requests that failed before that leave behind
+# (and a renderer used without a clock).
+SAFETY_BYTES = 1 << 30
 
 
 class Template(Protocol):
@@ -54,6 +64,7 @@ class Rendered:
     text: Text  # the prompt, exactly as the template renders it
     prefix: Text | None  # the text object `text` was built by extending (the conversation's
     # previous prompt), or None: lets the tokenizer prove shared text by identity
+    state: Hashable | None = None  # the key its conversation's render is kept under (`held`)
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,6 +81,12 @@ class _Rendered:
     kinds: tuple[Hashable, ...]  # their kinds
     window_text: str  # the window rendered without the generation prompt
 
+    @property
+    def nbytes(self) -> int:
+        """Its two texts, and a pointer a message (the messages are the memo's)."""
+        return (text_nbytes((self.prompt, self.window_text))
+                + 8 * (len(self.messages) + 2 * len(self.window)) + 256)
+
 
 @dataclass
 class RenderStats:
@@ -85,7 +102,7 @@ class RenderStats:
 @dataclass
 class IncrementalRenderer:
     template: Template
-    budget_chars: int = BUDGET_CHARS
+    budget_bytes: int = SAFETY_BYTES
     shadow_every: int = 256  # every Nth incremental render is also rendered whole, off the request path
     stats: RenderStats = field(default_factory=RenderStats)
 
@@ -93,7 +110,7 @@ class IncrementalRenderer:
         self.incremental = True
         self._lock = threading.Lock()
         self._recent: OrderedDict[Hashable, list[_Rendered]] = OrderedDict()
-        self._chars = 0
+        self._bytes = 0
         self._shapes: dict[Hashable, bool] = {}  # checked shapes: whether the window renders true
         self._prompts: dict[Hashable, str] = {}  # generation prompt by (options, tools?, last kind)
         self._shadow = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zllm-render-shadow")
@@ -107,9 +124,22 @@ class IncrementalRenderer:
         if out is None:
             out = self._whole(scope, messages, tools, opts)
         rendered, state = out
-        if state is not None:
-            self._keep(state)
+        if state is not None and len(state.messages) >= 2:
+            rendered = replace(rendered, state=self._keep(state))
         return rendered
+
+    def held(self, key: Hashable) -> Held | None:
+        """The conversations kept under `key` (a `Rendered.state`), for the conversation clock."""
+        with self._lock:
+            kept = self._recent.get(key)
+            if not kept:
+                return None
+            return Held("render", key, sum(s.nbytes for s in kept), lambda: self.forget(key))
+
+    def forget(self, key: Hashable) -> None:
+        """Drops the conversations kept under `key`, if still kept."""
+        with self._lock:
+            self._bytes -= sum(s.nbytes for s in self._recent.pop(key, ()))
 
     # ---- the two paths
     def _whole(self, scope: str, messages: list[Message], tools: list[FunctionTool],
@@ -243,24 +273,24 @@ class IncrementalRenderer:
                 best = c
         return best
 
-    def _keep(self, state: _Rendered) -> None:
-        """Keeps `state`, replacing the kept conversations it continues (same head, its prefix)."""
-        if len(state.messages) < 2:
-            return
+    def _keep(self, state: _Rendered) -> Hashable:
+        """Keeps `state`, replacing the kept conversations it continues (same head, its prefix);
+        returns the key it is kept under."""
         key = _head(state.scope, state.messages)
         with self._lock:
             kept = []
             for old in self._recent.pop(key, ()):
                 k = len(old.messages)
                 if k <= len(state.messages) and state.messages[:k] == old.messages:
-                    self._chars -= len(old.prompt)
+                    self._bytes -= old.nbytes
                 else:
                     kept.append(old)
             self._recent[key] = [state, *kept]
-            self._chars += len(state.prompt)
-            while self._chars > self.budget_chars and len(self._recent) > 1:
+            self._bytes += state.nbytes
+            while self._bytes > self.budget_bytes and len(self._recent) > 1:
                 _, dropped = self._recent.popitem(last=False)
-                self._chars -= sum(len(s.prompt) for s in dropped)
+                self._bytes -= sum(s.nbytes for s in dropped)
+        return key
 
 
 def _head(scope: str, messages: list[Message]) -> Hashable:

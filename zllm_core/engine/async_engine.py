@@ -114,6 +114,11 @@ class AsyncEngine:
         """End a request; its stream receives a final ``abort`` event."""
         self._submit(("abort", request_id, "abort", True))
 
+    def forget(self, cache: CacheHint) -> None:
+        """Release the prefix cache's terminal states of the conversation `cache` names (the
+        server's conversation clock evicted it); one way, like an abort."""
+        self._submit(("forget", cache))
+
     def stop(self) -> None:
         """Take no more requests and end every running one with EngineShutdown, without
         waiting (safe in a signal handler: it only sets flags)."""
@@ -163,6 +168,8 @@ class AsyncEngine:
                     self.engine.add_request(rid, prompt_ids, params, cache)
                 except ValueError as exc:
                     self._deliver(rid, EngineError(str(exc), refused=True))
+            elif command[0] == "forget":
+                self.engine.forget(command[1])
             else:
                 # Only an abort from outside has a stream waiting for it: after a stream's own
                 # end the id may already name a new request.

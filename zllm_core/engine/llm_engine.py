@@ -194,6 +194,11 @@ class LLMEngine:
         self.scheduler.finish(seq, reason)
         return self._output(seq, [])
 
+    def forget(self, cache: CacheHint) -> None:
+        """The conversation `cache` names has been released by the server: the cache drops its
+        terminal states (its blocks stay, evictable)."""
+        self.kv.forget(CacheRequest(cache.scope(self.scope).digest(), cache.cache_id))
+
     def abort_all(self) -> list[str]:
         ids = list(self._seqs)
         for rid in ids:

@@ -216,7 +216,7 @@ def to_canonical(req: CountTokensRequest, remembered: Remembered = _forgotten) -
         stream=bool(getattr(req, "stream", False)), thinking=_thinking(req.thinking),
         # Claude Code's user_id carries its session id: a stable hint for the prefix cache.
         cache_key=req.metadata.user_id if req.metadata else None,
-        max_tokens_requested=getattr(req, "max_tokens", None))
+        max_tokens_requested=getattr(req, "max_tokens", None), held=MESSAGES.held(req.messages))
 
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",

@@ -12,6 +12,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
+from zllm_core.conversation_clock import Held
 from zllm_core.dialects.conversation import FunctionTool, Message, ToolCall
 from zllm_core.dialects.events import (
     ParsedOutput,
@@ -118,6 +119,9 @@ class CanonicalRequest:
     thinking: bool | None = None
     max_tokens_requested: int | None = None
     response_format: ResponseFormat | None = None  # None: free text
+    # State its conversion kept (the message memo's entries): the prompt builder files it with
+    # the request's conversation once that is known (conversation_clock.py).
+    held: tuple[Held, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ and key order: `_native.json_common_prefix`, strict where Python's == is not) ta
 request's validated models, and only the rest is validated, with errors naming the absolute
 index. `MessageMemo.convert` then reuses the canonical messages of those shared items, so
 the same `Message` objects reach the renderer, which compares them by identity first.
+`MessageMemo.held` names what a request left here for the conversation clock
+(conversation_clock.py), which releases it with the rest of its conversation's state.
 
 Conversion restarts only at a cut: an item boundary that no later item can merge across
 (Responses joins an assistant turn's consecutive items into one message). Entries are kept
@@ -15,6 +17,7 @@ another's conversations.
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -24,6 +27,7 @@ import orjson
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
 from zllm_core import _native
+from zllm_core.conversation_clock import Held, json_bytes
 from zllm_core.dialects.conversation import Message
 
 scope: ContextVar[str] = ContextVar("zllm_message_memo_scope", default="")
@@ -33,7 +37,11 @@ scope: ContextVar[str] = ContextVar("zllm_message_memo_scope", default="")
 # messages produced before it if conversion may restart there, else -1.
 ConvertFrom = Callable[[Sequence[Any], int], "tuple[list[Message], list[int]]"]
 
-MAX_CONVERSATIONS = 256  # distinct first items kept, least recently used dropped
+# A hard safety cap, least recently used first item dropped past it: entries are kept while
+# the request is converted, before its conversation is known, and the conversation clock
+# bounds them only once the prompt is built; this bounds what requests that failed before
+# that (a template refusing the conversation) leave behind.
+SAFETY_BYTES = 1 << 30
 PER_HEAD = 4  # conversations kept under one first item (a shared opening message)
 
 
@@ -44,6 +52,11 @@ class _Entry:
     messages: tuple[Message, ...]
     cuts: tuple[int, ...]  # len(items) + 1 entries, as ConvertFrom gives them
     context: object  # what else the conversion read (convert's `context`)
+    ends: tuple[int, ...]  # bytes held for items[:i], for i in 0..len(items)
+
+    @property
+    def nbytes(self) -> int:
+        return self.ends[-1]
 
     def restart(self, shared: int) -> tuple[int, int]:
         """The last cut at or before item `shared`: (items, messages) that can be reused."""
@@ -63,9 +76,11 @@ class ResentList(list):
 
 
 class MessageMemo:
-    def __init__(self, max_conversations: int = MAX_CONVERSATIONS):
-        self.max_conversations = max_conversations
+    def __init__(self, max_bytes: int = SAFETY_BYTES):
+        self.max_bytes = max_bytes
+        self.nbytes = 0
         self._heads: OrderedDict[Hashable, list[_Entry]] = OrderedDict()
+        self._lock = threading.Lock()  # the clock releases entries from other threads
         self.hits = self.items_reused = 0
 
     def validator(self) -> WrapValidator:
@@ -102,21 +117,51 @@ class MessageMemo:
         base = items.base if items.base is not None and items.base.context is context else None
         start, reused = base.restart(items.shared) if base is not None else (0, 0)
         messages, cuts = convert_from(items[start:], start)
+        ends = _ends(items.raw, start, base.ends[:start + 1] if base is not None else (0,))
         if base is not None:
             self.hits += 1
             self.items_reused += start
             messages = [*base.messages[:reused], *messages]
             cuts = [*base.cuts[:start], *(c + reused if c >= 0 else c for c in cuts)]
-        self._remember(items, _Entry(items.raw, list(items), tuple(messages), tuple(cuts), context))
+        self._remember(items, _Entry(items.raw, list(items), tuple(messages), tuple(cuts), context, ends))
         return messages
+
+    def held(self, items: Sequence[Any]) -> tuple[Held, ...]:
+        """What `convert` kept for `items` (their first item's entries), for the conversation
+        clock; () when nothing was kept."""
+        key = getattr(items, "key", None)
+        with self._lock:
+            entries = self._heads.get(key) if key is not None else None
+            if not entries:
+                return ()
+            return (Held("memo", (id(self), key), sum(e.nbytes for e in entries), lambda: self.forget(key)),)
+
+    def forget(self, key: Hashable) -> None:
+        """Drops the entries kept under `key` (a `held` key), if still kept."""
+        with self._lock:
+            self.nbytes -= sum(e.nbytes for e in self._heads.pop(key, ()))
 
     def _remember(self, items: ResentList, entry: _Entry) -> None:
         # The entry this one continues whole is replaced by it; branches of one opening stay.
         continued = items.base if items.base is not None and items.shared == len(items.base.raw) else None
-        kept = [e for e in self._heads.pop(items.key, ()) if e is not continued]
-        self._heads[items.key] = [entry, *kept][:PER_HEAD]
-        while len(self._heads) > self.max_conversations:
-            self._heads.popitem(last=False)
+        with self._lock:
+            old = self._heads.pop(items.key, [])
+            kept = [entry, *(e for e in old if e is not continued)][:PER_HEAD]
+            self._heads[items.key] = kept
+            self.nbytes += sum(e.nbytes for e in kept) - sum(e.nbytes for e in old)
+            while self.nbytes > self.max_bytes and len(self._heads) > 1:
+                self.nbytes -= sum(e.nbytes for e in self._heads.popitem(last=False)[1])
+
+
+def _ends(raw: list[Any], start: int, ends: tuple[int, ...]) -> tuple[int, ...]:
+    """`ends` (bytes held for raw[:start]) extended over the rest. An item holds its parsed JSON
+    and half as much again: measured, its validated model and canonical message share the
+    JSON's strings and add their own objects (about 1.5x the JSON for a chat history)."""
+    out, total = list(ends), ends[-1]
+    for item in raw[start:]:
+        total += json_bytes(item) * 3 // 2
+        out.append(total)
+    return tuple(out)
 
 
 def _head_key(item: dict[str, Any]) -> Hashable | None:

@@ -157,7 +157,8 @@ def to_canonical(req: ChatRequest) -> CanonicalRequest:
         cache_key=req.prompt_cache_key,
         thinking=None if req.reasoning_effort is None else req.reasoning_effort != "none",
         max_tokens_requested=req.max_completion_tokens or req.max_tokens,
-        response_format=response_format(req.response_format, "response_format", "json_schema.schema"))
+        response_format=response_format(req.response_format, "response_format", "json_schema.schema"),
+        held=MESSAGES.held(req.messages))
 
 
 def _usage(u: Usage) -> dict[str, Any]:

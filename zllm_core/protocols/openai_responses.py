@@ -296,4 +296,5 @@ def to_canonical(req: ResponsesRequest, history: list[Message],
         cache_key=req.prompt_cache_key or chain_key,
         thinking=None if effort is None else effort != "none",
         max_tokens_requested=req.max_output_tokens,
-        response_format=response_format((req.text or {}).get("format"), "text.format", "schema"))
+        response_format=response_format((req.text or {}).get("format"), "text.format", "schema"),
+        held=INPUT.held(req.input))

@@ -29,11 +29,12 @@ def protocol_routes(rt: Runtime) -> APIRouter:
 
 
 def create_app(engine: Any, prompts: PromptBuilder, config: ServerConfig) -> FastAPI:
-    """`engine` is an AsyncEngine or anything with its `generate`, `metrics` and `max_model_len`."""
+    """`engine` is an AsyncEngine or anything with its `generate`, `metrics` and `max_model_len`
+    (and `forget`, to release an evicted conversation's terminal states in its prefix cache)."""
     max_len = min(config.max_model_len or engine.max_model_len, engine.max_model_len)
     metrics = ServerMetrics(engine.metrics, prompts.metrics)
     rt = Runtime.build(config, engine.generate, lambda: engine.model_config.eos_token_ids, prompts, max_len,
-                       metrics)
+                       metrics, getattr(engine, "forget", None))
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield

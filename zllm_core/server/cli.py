@@ -95,6 +95,11 @@ def add_serve_parser(sub) -> None:
                    help="break token loops in generations (and end turns that keep looping)")
     p.add_argument("--kv-cache-bytes", type=byte_size, default=None,
                    help="device KV cache budget, e.g. 8G (default: the engine's, 1G)")
+    p.add_argument("--conversation-bytes", type=byte_size, default=1 << 30,
+                   help="host memory for what is kept per conversation (validated history, rendered "
+                        "text, tokenizer session and the exact ids it generated, recent responses, the "
+                        "cache's record of its last turns); past it the least recently used "
+                        "conversation is released whole (default 1G)")
     p.add_argument("--max-num-seqs", type=positive_int, default=None,
                    help="most requests running at once (default: the engine's, 64)")
     p.add_argument("--max-num-batched-tokens", type=positive_int, default=None,
@@ -210,7 +215,7 @@ def run_serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     model_dir = resolve_model(args.model)  # once: for zllm-demo it checks 160 MB of hashes
     engine = AsyncEngine.from_model(str(model_dir), device=device, **engine_options(args))
-    prompts = PromptBuilder.from_model_dir(model_dir, engine.tokenizer, args.tool_dialect)
+    prompts = PromptBuilder.from_model_dir(model_dir, engine.tokenizer, args.tool_dialect, args.conversation_bytes)
     app = create_app(engine, prompts, config)
     host, port = sock.getsockname()[:2]
     # Tests and scripts read this line to find a --port 0 server.

@@ -2,7 +2,9 @@
 
 `Generation.stream` yields the dialect parser's events and ends with one `Finish`. Closing the
 iterator (a client that went away) closes the engine stream, which aborts the request and frees
-its blocks.
+its blocks. While it runs its conversation is not evicted; a normal finish files the cache's
+terminal state with the conversation, which releases it (`forget`, down to the engine) when
+the conversation clock evicts the conversation.
 """
 from __future__ import annotations
 
@@ -12,11 +14,14 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, AsyncIterator, Awaitable, Callable, Sequence, TypeVar, Union
 
 import numpy as np
 
 from zllm_core.cache.scope import CacheHint
+from zllm_core.cache.terminal_sessions import BYTES_PER_TOKEN
+from zllm_core.conversation_clock import Held
 from zllm_core.engine.async_engine import EngineError, EngineShutdown
 from zllm_core.fence.factory import FenceFactory
 from zllm_core.fence.grammar import FenceError
@@ -37,6 +42,7 @@ log = logging.getLogger("zllm.server")
 # AsyncEngine.generate's shape: (prompt ids, SamplingParams, request_id=, cache=CacheHint) streaming
 # GenerationEvents; the request's fence, if any, rides in the params for the generator to apply.
 Generate = Callable[..., AsyncIterator[Any]]
+Forget = Callable[[CacheHint], None]  # AsyncEngine.forget: the cache drops an id's terminal states
 T = TypeVar("T")
 
 
@@ -62,9 +68,11 @@ class Admitted:
 
 class Generation:
     def __init__(self, generate: Generate, end_ids: Callable[[], Sequence[int]], prompts: PromptBuilder,
-                 limits: Limits, metrics: ServerMetrics):
-        """`end_ids()` gives the ids that end a turn; it is asked on the first fenced request."""
+                 limits: Limits, metrics: ServerMetrics, forget: Forget | None = None):
+        """`end_ids()` gives the ids that end a turn; it is asked on the first fenced request.
+        Without `forget` the cache bounds its terminal states alone."""
         self.generate, self.prompts, self.limits, self.metrics = generate, prompts, limits, metrics
+        self.forget = forget
         self.running = 0  # engine streams open now (/health reports it)
         self.calls = ToolCallMemory()
         self.tenants = TenantLimiter(limits.quota)
@@ -121,6 +129,12 @@ class Generation:
     async def stream(self, admitted: Admitted, request_id: str) -> AsyncIterator[Union[OutputEvent, Finish]]:
         """Tool-call ids hash the request id, so the same function called in two requests gets
         two ids."""
+        with self.prompts.in_use(admitted.prompt, admitted.tenant):
+            async with contextlib.aclosing(self._events(admitted, request_id)) as events:
+                async for ev in events:
+                    yield ev
+
+    async def _events(self, admitted: Admitted, request_id: str) -> AsyncIterator[Union[OutputEvent, Finish]]:
         parser = self.prompts.parser(admitted.request, admitted.prompt, request_id)
         recorder = self.calls.watch()
         called = False
@@ -155,7 +169,9 @@ class Generation:
             admitted.ticket.release()
         if last.finish_reason in ("stop", "length"):  # not an abort: the client has no answer to resend
             # Off the loop: it copies the prompt's ids and may wait for another prompt's build.
-            await asyncio.to_thread(self.prompts.record, admitted.prompt, np.asarray(generated, np.uint32))
+            await asyncio.to_thread(self.prompts.record, admitted.prompt, np.asarray(generated, np.uint32),
+                                    admitted.tenant)
+            self._hold_terminal(admitted, hint, len(admitted.prompt.token_ids) + len(generated))
         for ev in parser.finish():
             called |= isinstance(ev, ToolCallStart)
             recorder.see(ev)
@@ -164,6 +180,12 @@ class Generation:
         usage = Usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens)
         clock.done(usage, last.drafted, last.accepted)
         yield Finish(reason, usage, last.stop_string)
+
+    def _hold_terminal(self, admitted: Admitted, hint: CacheHint, tokens: int) -> None:
+        """The cache now keeps the conversation's terminal state under the hint's id."""
+        if self.forget is not None:
+            held = Held("terminal", (hint.tenant, hint.cache_id), tokens * BYTES_PER_TOKEN, partial(self.forget, hint))
+            self.prompts.hold(admitted.prompt, admitted.tenant, held)
 
     @contextlib.asynccontextmanager
     async def _running(self, engine_stream: AsyncIterator[Any]) -> AsyncIterator[None]:

@@ -110,6 +110,11 @@ def _tokenizer(t: dict[str, float]) -> Iterator[Metric]:
     yield _gauge("zllm_tokenizer_first_window_rate", "Repairs proven within the first window", t["first_window_rate"])
     yield _gauge("zllm_tokenizer_sessions", "Resident tokenizer sessions", t["sessions"])
     yield _gauge("zllm_tokenizer_session_bytes", "Bytes held by tokenizer sessions", t["session_bytes"])
+    yield _gauge("zllm_conversations", "Conversations the server keeps state for", t["conversation_conversations"])
+    yield _gauge("zllm_conversation_bytes", "Bytes of state kept for conversations (--conversation-bytes bounds it)",
+                 t["conversation_bytes"])
+    yield _counter("zllm_conversation_evictions", "Conversations released whole past the budget",
+                   t["conversation_evictions"])
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -29,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
+from zllm_core.conversation_clock import Held, json_bytes
 from zllm_core.protocols.canonical import Message, RequestError, ToolCall
 
 log = logging.getLogger("zllm.server")
@@ -48,7 +50,10 @@ VALUES (:tenant, :id, :created_at, :response, :messages, :cache_key, :parent, 0)
 ON CONFLICT (tenant, id) DO UPDATE SET created_at = excluded.created_at, response = excluded.response,
     messages = excluded.messages, cache_key = excluded.cache_key, parent = excluded.parent, hidden = 0"""
 ROW = "SELECT response, cache_key FROM responses WHERE tenant = :tenant AND id = :id AND hidden = 0"
-RECENT = 256  # records kept in memory
+# Records kept in memory, least recently used dropped past it: a hard safety cap, since `get`
+# keeps one before any conversation is known (GET /v1/responses/{id}); those a turn uses are
+# filed with its conversation (`held`) and released with it by the conversation clock.
+RECENT = 256
 # A chain from a record back to the one holding its conversation's start, oldest first.
 CHAIN = """WITH RECURSIVE chain(id, parent, messages, depth) AS (
     SELECT id, parent, messages, 0 FROM responses WHERE tenant = :tenant AND id = :id
@@ -85,6 +90,11 @@ def _message_from(raw: Any) -> Message:
     return Message(role=raw["role"], content=content, reasoning=raw.get("reasoning"),
                    tool_calls=tool_calls, tool_call_id=raw.get("tool_call_id"),
                    name=raw.get("name"))
+
+
+def _message_bytes(m: Message) -> int:
+    return (sys.getsizeof(m.content) + sys.getsizeof(m.reasoning) + 8 * len(m.tool_calls) + 128
+            + sum(sys.getsizeof(c.arguments) + sys.getsizeof(c.name) + sys.getsizeof(c.id) for c in m.tool_calls))
 
 
 class Database(Protocol):
@@ -166,6 +176,22 @@ class ResponseStore:
             else:
                 self._db.execute("DELETE FROM responses WHERE tenant = :tenant AND id = :id", key)
             return True
+
+    def held(self, tenant: str, record: StoredResponse) -> Held | None:
+        """The record's place in memory, if it has one, for the conversation clock: its messages
+        list, the messages it adds to its parent's (the others are shared with the parent's and
+        the memo's) and its response object."""
+        with self._lock:
+            if self._recent.get((tenant, record.id)) is not record:
+                return None
+        nbytes = (sys.getsizeof(record.messages) + sum(map(_message_bytes, record.messages[record.shared:]))
+                  + json_bytes(record.response))
+        return Held("response", (tenant, record.id), nbytes, lambda: self.forget(tenant, record.id))
+
+    def forget(self, tenant: str, id: str) -> None:
+        """Drops the record from memory (the database keeps it)."""
+        with self._lock:
+            self._recent.pop((tenant, id), None)
 
     def _row(self, tenant: str, id: str, lock: str = "") -> tuple[str, str | None] | None:
         """(response, cache_key) of a visible record (under the lock)."""

@@ -16,7 +16,7 @@ from zllm_core.protocols.responses_stream import ResponsesStream
 from zllm_core.protocols.canonical import Finish, ParsedOutput, RequestError, new_id
 from zllm_core.server.body import FastBodyRoute
 from zllm_core.server.disconnect import for_client
-from zllm_core.server.generation import encoded
+from zllm_core.server.generation import Admitted, encoded
 from zllm_core.server.response_store import StoredResponse
 from zllm_core.server.runtime import Runtime, runtime
 from zllm_core.server.sse import event_frame, primed, sse_response
@@ -62,7 +62,7 @@ class ResponseTurn:
         async for payload in encoded(self.encoder, _gathered(generation, seen), errors_in_stream=stream):
             if payload["type"] in CLOSING:
                 try:
-                    await self._remember(ParsedOutput.fold(seen))
+                    await self._remember(ParsedOutput.fold(seen), admitted)
                 except RequestError as exc:  # the store failed: not stored, and the client is told
                     if not stream:
                         raise
@@ -70,7 +70,7 @@ class ResponseTurn:
                     return
             yield payload
 
-    async def _remember(self, out: ParsedOutput) -> None:
+    async def _remember(self, out: ParsedOutput, admitted: Admitted) -> None:
         # Instructions are per request: a continuation does not inherit them.
         history = self.canonical.messages[1 if self.req.instructions else 0:]
         parent = self.previous
@@ -79,6 +79,10 @@ class ResponseTurn:
                                 len(parent.messages) if parent else 0)
         if self.req.store is not False:  # off the loop: it may wait for another process's lock
             await asyncio.to_thread(self.rt.store.put, self.tenant, record)
+        for kept in (parent, record):  # in memory with the conversation, as long as it is kept
+            held = self.rt.store.held(self.tenant, kept) if kept is not None else None
+            if held is not None:
+                self.rt.generation.prompts.hold(admitted.prompt, self.tenant, held)
         if self.recent is not None:
             self.recent[record.id] = record
             while len(self.recent) > RECENT_TURNS:

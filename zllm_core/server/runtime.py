@@ -9,7 +9,7 @@ from starlette.requests import HTTPConnection
 
 from zllm_core.fence.guard import GuardConfig
 from zllm_core.protocols.canonical import RequestError
-from zllm_core.server.generation import Generate, Generation, Limits
+from zllm_core.server.generation import Forget, Generate, Generation, Limits
 from zllm_core.server.metrics import ServerMetrics
 from zllm_core.server.prompt import PromptBuilder
 from zllm_core.server.response_store import BUSY_SECONDS, ResponseStore
@@ -47,14 +47,16 @@ class Runtime:
 
     @classmethod
     def build(cls, config: ServerConfig, generate: Generate, end_ids: Callable[[], Sequence[int]],
-              prompts: PromptBuilder, max_model_len: int, metrics: ServerMetrics) -> "Runtime":
+              prompts: PromptBuilder, max_model_len: int, metrics: ServerMetrics,
+              forget: Forget | None = None) -> "Runtime":
         """`generate` streams a request's output (AsyncEngine.generate's shape); `end_ids()` gives
         the ids that end a turn (the model's EOS ids, what fences allow once a structure is
-        complete), asked on the first fenced request."""
+        complete), asked on the first fenced request; `forget` (AsyncEngine.forget) releases a
+        conversation's terminal states in the prefix cache when the conversation is evicted."""
         guard = GuardConfig() if config.loop_guard else None
         limits = Limits(max_model_len, config.max_output_tokens, guard, config.request_timeout,
                         config.tenant_quota)
-        return cls(config, Generation(generate, end_ids, prompts, limits, metrics),
+        return cls(config, Generation(generate, end_ids, prompts, limits, metrics, forget),
                    ResponseStore(config.store_path, config.store_timeout))
 
     async def bind(self, conn: HTTPConnection) -> None:

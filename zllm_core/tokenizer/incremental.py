@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zllm_core import _native
+from zllm_core.conversation_clock import Held
 from zllm_core.tokenizer.exact_spans import Span
 from zllm_core.tokenizer.session_store import Session, SessionStore
 from zllm_core.tokenizer.shadow import Mismatch, ShadowVerifier
@@ -131,6 +132,18 @@ class IncrementalTokenizer:
             if session is not None:
                 session.spans = session.spans.with_span(span)
                 self.store.touch(session)  # its bytes grew: the budget may evict
+
+    def held(self, session_id: int) -> Held | None:
+        """The session (text, tokens, exact spans) as the conversation clock accounts it."""
+        with self._lock:
+            session = self.store.get(session_id)
+            return Held("tokenizer", session_id, session.nbytes,
+                        lambda: self.forget(session_id)) if session is not None else None
+
+    def forget(self, session_id: int) -> None:
+        """Drops the session, if still held."""
+        with self._lock:
+            self.store.drop(session_id)
 
     def metrics(self) -> dict[str, float]:
         """Counters for the server's metrics endpoint."""
