@@ -13,7 +13,7 @@ involuntary context switch during the call), so a tail reads as work or as time 
 The spinners read a flag in shared memory and nothing else. They once polled a
 multiprocessing.Event, whose is_set takes a lock the spinners share: each slept and was woken
 ~14,000 times a second, and those wake-ups preempted the measured call up to 51 times in one
-call (0.05 ms of its own CPU in 2.3 ms), a load no build makes.
+call (0.11 ms of its own CPU in 2.3 ms), a load no build makes.
 
     PYTHONPATH=$PWD python bench/tokenize_tail.py [--context 1000000] [--calls 400] [--load 2]
 """
