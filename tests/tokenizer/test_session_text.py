@@ -61,6 +61,21 @@ def test_a_copy_is_independent():
     assert str(copy) == "abc" * 200 and str(text) == "abc" * 100 + "zz"
 
 
+def test_copy_on_write_copies_once_at_the_capacity_a_change_in_place_has():
+    """A text a copy (or a scan the helper still holds) shares gets its own storage at the
+    capacity it had: sized to the kept part, the append that follows regrew it, copying the
+    whole kept text twice on such a call."""
+    a = "abc" * 100_000 + "é"
+    shared, alone = _native.SessionText(a), _native.SessionText(a)
+    for text in (shared, alone):
+        text.replace_from(a + "d", len(a))  # an append: the storage grows with room to spare
+    kept = shared.copy()
+    for text in (shared, alone):
+        text.replace_from(a + "de", len(a) + 1)
+    assert str(shared) == str(alone) == a + "de" and str(kept) == a + "d"
+    assert shared.nbytes == alone.nbytes
+
+
 def test_long_prompts_compare_on_two_threads_and_find_the_first_difference():
     """From 256K code points the compare runs in 16K-code-point segments shared with a helper
     thread; the first difference must still be found wherever it falls, whichever thread
