@@ -71,6 +71,10 @@ void classify_each(const uint8_t* p, uint64_t first_bytes, const RowKinds& kinds
     uint32_t v;
     std::memcpy(&v, p + k, 4);
     const uint32_t len = length_of(uint8_t(v)), cp = decode(v, len);
+    if (cp >= 0x110000) {  // no character (bytes that are not UTF-8): the scanner's to judge, and
+      *stop |= uint64_t(1) << k;  // past the table's last block
+      continue;
+    }
     const uint16_t row = table.row_of_block[cp >> ClassTable::kBlockBits];
     const unsigned col = cp & 63;
     const uint64_t letter = (kinds.letter[row] >> col) & 1, other = (kinds.other[row] >> col) & 1;
