@@ -113,6 +113,29 @@ def test_an_id_two_conversations_share_still_finds_the_longest_prefix():
     assert hit.kind == "longest_prefix" and hit.num_tokens == 20
 
 
+def test_a_session_naming_another_requests_block_evicted_while_it_ran_adopts_nothing_free():
+    """Two requests compute the same blocks; the second's commit finds the first's indexed and
+    its session names those. Evicted before the session is recorded, they must not be adopted
+    by the next turn (they are free, or someone else's)."""
+    cache = PrefixCache(BlockPool(16, BS))
+    pool, tokens = cache.pool, list(range(9))
+    for rid in ("a", "b"):
+        cache.match(rid, tokens, CacheRequest(SCOPE_A, rid))
+    ta, tb = pool.allocate(3), pool.allocate(3)
+    cache.commit("a", tokens, ta, 8)
+    cache.commit("b", tokens, tb, 8)  # the keys are a's: b's own copies stay private
+    pool.free(ta)
+    cache.release("a", ta)  # aborted: no session, its two indexed blocks unused
+    assert cache.evict(2) == 2
+    pool.free(tb)
+    cache.release("b", tb, tokens)
+    hit = cache.match("c", tokens + [1], CacheRequest(SCOPE_A, "b"))
+    assert hit.kind == "cold" and not len(hit.blocks)
+    cache.release("c", [])
+    cache.clear()
+    assert pool.is_empty()
+
+
 def test_cache_hint_scopes_by_tenant():
     base = Scope("m", "t")
     assert CacheHint(tenant="x").scope(base).digest() != CacheHint(tenant="y").scope(base).digest()
