@@ -10,6 +10,7 @@ from zllm_core.cache.block_hash import chain_keys
 from zllm_core.cache.block_pool import BlockPool
 from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
 from zllm_core.cache.scope import CacheHint, Scope
+from zllm_core.cache.token_ids import token_array
 
 BS = 4
 SCOPE_A = Scope("model-a").digest()
@@ -21,7 +22,7 @@ def run_request(cache: PrefixCache, rid: str, tokens: list[int], scope: bytes = 
     """What the scheduler and engine do for one request whose prompt is fully prefilled."""
     hit = cache.match(rid, tokens, CacheRequest(scope, cache_id))
     pool = cache.pool
-    table = hit.blocks + pool.allocate(-(-len(tokens) // BS) - len(hit.blocks))
+    table = hit.blocks.tolist() + pool.allocate(-(-len(tokens) // BS) - len(hit.blocks))
     cache.commit(rid, tokens, table, len(tokens))
     if finish:
         pool.free(table)
@@ -190,7 +191,7 @@ def test_keyless_lookup_finds_blocks_another_branch_registered_past_the_closest_
     run_request(cache, "done", prefix + [7] * 8)  # a session sharing two blocks
     _, running = run_request(cache, "running", prefix + theirs, finish=False)  # no session yet
     hit = cache.match("next", prefix + theirs + [1, 2, 3], CacheRequest(SCOPE_A))
-    assert hit.blocks == running[:6] and hit.num_tokens == 24
+    assert hit.blocks.tolist() == running[:6] and hit.num_tokens == 24
 
 
 def reference_match(cache: PrefixCache, tokens: list[int], scope: bytes):
@@ -198,7 +199,7 @@ def reference_match(cache: PrefixCache, tokens: list[int], scope: bytes):
     the recent session sharing the most tokens (the newest among equals)."""
     usable = (len(tokens) - 1) // BS
     blocks = cache.index.lookup(chain_keys(tokens[:usable * BS], BS, scope))
-    shares = [(sum(1 for _ in takewhile(lambda p: p[0] == p[1], zip(s.tokens.tolist(), tokens))), s)
+    shares = [(sum(1 for _ in takewhile(lambda p: p[0] == p[1], zip(token_array(s.tokens).tolist(), tokens))), s)
               for s in cache.sessions.recent(scope)]
     parent = max(shares, key=lambda pair: pair[0], default=(0, None))[1]
     return blocks, parent.serial if parent is not None and blocks else None
@@ -217,7 +218,7 @@ def test_keyless_matches_equal_hashing_every_block_and_comparing_every_session(s
         blocks, parent = reference_match(cache, tokens, SCOPE_A)
         finish = rng.random() < 0.8  # the others stay running: registered, but no session yet
         hit, table = run_request(cache, f"r{turn}", tokens, finish=finish)
-        assert hit.blocks == blocks, turn
+        assert hit.blocks.tolist() == blocks, turn
         if finish:
             assert next(cache.sessions.recent(SCOPE_A)).parent == parent, turn
         else:

@@ -133,6 +133,7 @@ class LLMEngine:
         self._seqs: dict[str, Sequence] = {}
         self.spec_stats = SpeculationStats()
         self._arrivals = itertools.count()
+        self._digests: dict[str, bytes] = {}  # by tenant: the scope's JSON and SHA-256 once, not per request
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "LLMEngine":
@@ -152,15 +153,16 @@ class LLMEngine:
 
     def add_request(self, request_id: str, prompt_ids: TokenIds, params: SamplingParams,
                     cache: Optional[CacheHint] = CacheHint()) -> None:
-        """Queue a request; ``prompt_ids`` is an integer array (or a list) the sequence copies.
-        ``cache=None`` keeps it out of the prefix cache entirely."""
+        """Queue a request; ``prompt_ids`` is an integer array (or a list). A read-only int32
+        or uint32 array that views nothing writable (the tokenizer's) is held as it is, never
+        copied; anything else is copied once. ``cache=None`` keeps it out of the prefix cache."""
         if request_id in self._seqs:
             raise ValueError(f"request id {request_id!r} is already in use")
         prompt_ids = np.asarray(prompt_ids)
         self._validate_prompt(prompt_ids)
         seq = Sequence(request_id, prompt_ids, params, next(self._arrivals))
         if cache is not None and self.kv.cache is not None:
-            seq.cache = CacheRequest(cache.scope(self.scope).digest(), cache.cache_id)
+            seq.cache = CacheRequest(self._scope_digest(cache), cache.cache_id)
         if params.seed is not None:
             seq.generator = torch.Generator(self.device).manual_seed(params.seed)
         if (self.config.speculative_tokens and params.speculative and params.logits_hook is None
@@ -168,6 +170,12 @@ class LLMEngine:
             seq.drafter = NgramDrafter(self.config.speculative_tokens)
         self._seqs[request_id] = seq
         self.scheduler.add(seq)
+
+    def _scope_digest(self, cache: CacheHint) -> bytes:
+        digest = self._digests.get(cache.tenant)
+        if digest is None:
+            digest = self._digests[cache.tenant] = cache.scope(self.scope).digest()
+        return digest
 
     def _validate_prompt(self, prompt_ids: np.ndarray) -> None:
         if prompt_ids.size == 0:
@@ -178,8 +186,9 @@ class LLMEngine:
             raise ValueError(f"prompt has {len(prompt_ids)} tokens; the context length is "
                              f"{self.max_model_len} and at least one token must be generated")
         vocab = self.model.config.vocab_size
-        lo, hi = int(prompt_ids.min()), int(prompt_ids.max())
-        if lo < 0 or hi >= vocab:
+        # One pass: viewed as unsigned, a negative id is larger than any vocabulary.
+        if int(prompt_ids.view(f"u{prompt_ids.itemsize}").max()) >= vocab:
+            lo, hi = int(prompt_ids.min()), int(prompt_ids.max())
             raise ValueError(f"prompt token id {lo if lo < 0 else hi} is outside the vocabulary (size {vocab})")
         capacity = self.kv.capacity_tokens
         if len(prompt_ids) >= capacity:
