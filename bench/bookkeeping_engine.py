@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from zllm_core.cache.scope import CacheHint, Scope
+from zllm_core.engine.async_engine import prompt_snapshot
 from zllm_core.engine.output_processor import GenerationEvent
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
 from zllm_core.model.causal_lm import CausalLM
@@ -47,7 +48,7 @@ class BookkeepingEngine:
         return self.engine.metrics()
 
     async def generate(self, prompt_ids, params, request_id=None, cache=CacheHint()):
-        ids = self.prompt = np.array(prompt_ids)  # AsyncEngine.generate's snapshot
+        ids = self.prompt = prompt_snapshot(prompt_ids)  # as AsyncEngine.generate takes it
         self.engine.add_request(request_id, ids, params, cache)
         (chunk,) = self.engine.scheduler.schedule().chunks
         self.marked = time.process_time_ns()

@@ -61,7 +61,8 @@ import orjson
 from zllm_core import _native
 from zllm_core.cache.block_hash import chain_keys
 from zllm_core.cache.scope import CacheHint
-from zllm_core.cache.token_ids import common_prefix
+from zllm_core.cache.token_ids import common_prefix, token_array
+from zllm_core.engine.async_engine import prompt_snapshot
 from zllm_core.engine.llm_engine import LLMEngine
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.engine.sequence import Sequence
@@ -86,7 +87,7 @@ def one_turn(engine: LLMEngine, rid: str, prompt: np.ndarray, hint: CacheHint) -
     """One request through the engine's bookkeeping; returns each stage's CPU ms."""
     t = {}
     t["handover"], _ = cpu_ms(lambda: prompt)
-    t["snapshot"], ids = cpu_ms(lambda: np.array(prompt))
+    t["snapshot"], ids = cpu_ms(lambda: prompt_snapshot(prompt))
     t["admit"], _ = cpu_ms(lambda: engine.add_request(rid, ids, PARAMS, hint))
     t["match"], batch = cpu_ms(engine.scheduler.schedule)
     (chunk,) = batch.chunks
@@ -112,7 +113,7 @@ def old_minus_new(engine: LLMEngine, prompt: np.ndarray, seq: Sequence, keyless:
     session = next(engine.kv.cache.sessions.recent(seq.cache.scope))
     delta = {
         "handover": cpu_ms(prompt.tolist)[0] - cpu_ms(lambda: prompt)[0],
-        "snapshot": cpu_ms(lambda: list(tokens))[0] - cpu_ms(lambda: np.array(prompt))[0],
+        "snapshot": cpu_ms(lambda: list(tokens))[0] - cpu_ms(lambda: prompt_snapshot(prompt))[0],
         "admit": (cpu_ms(lambda: (min(tokens), max(tokens), list(tokens)))[0]
                   - cpu_ms(lambda: (prompt.min(), prompt.max(), Sequence("x", prompt, PARAMS, 0)))[0]),
         "finish": cpu_ms(lambda: array("i", tokens))[0] - cpu_ms(lambda: np.array(seq.token_ids))[0],
@@ -125,7 +126,7 @@ def old_minus_new(engine: LLMEngine, prompt: np.ndarray, seq: Sequence, keyless:
                               chain_keys(prompt[reused * BLOCK:usable * BLOCK], BLOCK, seq.cache.scope,
                                          session.keys[-1])))[0]
     else:
-        resident = array("i", session.tokens.tobytes())  # sessions held array('i') before
+        resident = array("i", token_array(session.tokens).tobytes())  # sessions held array('i') before
         old = cpu_ms(lambda: old_common_prefix(resident, tokens))[0]
         new = cpu_ms(lambda: common_prefix(session.tokens, prompt))[0]
     delta["match"] = old - new
@@ -146,7 +147,7 @@ def old_common_prefix(a: array, b: list[int]) -> int:
 def conversation(engine: LLMEngine, context: int, new: int, turns: int, warmup: int,
                  hint: CacheHint, rng: np.random.Generator) -> tuple[list[dict], list[dict]]:
     """Grow one conversation to ``context`` tokens, then time ``turns`` continuations."""
-    prompt = rng.integers(1000, 150000, context, dtype=np.uint32)
+    prompt = frozen(rng.integers(1000, 150000, context, dtype=np.uint32))
     now, before = [], []
     for turn in range(warmup + turns):
         t, seq = one_turn(engine, f"{hint.tenant}-{turn}", prompt, hint)
@@ -155,8 +156,14 @@ def conversation(engine: LLMEngine, context: int, new: int, turns: int, warmup: 
             now.append(t)
             before.append({k: t[k] + delta.get(k, 0.0) for k in STAGES})
         appended = rng.integers(1000, 150000, new, dtype=np.uint32)
-        prompt = np.concatenate([seq.token_ids.astype(np.uint32), appended])
+        prompt = frozen(np.concatenate([token_array(seq.token_ids).view(np.uint32), appended]))
     return now, before
+
+
+def frozen(ids: np.ndarray) -> np.ndarray:
+    """Read-only, as the tokenizer hands its prompt arrays over."""
+    ids.flags.writeable = False
+    return ids
 
 
 def median_total(runs: list[dict]) -> float:
