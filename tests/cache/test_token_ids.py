@@ -40,6 +40,7 @@ def test_joined_tokens_slice_and_compare_as_their_concatenation():
         other[fork] += 1
         for a, b in [(joined, other), (other, joined), (joined, JoinedTokens(other[:30], other[30:]))]:
             assert common_prefix(a, b) == fork
+            assert all(common_prefix(a, b, start) == fork for start in (0, fork // 2, fork))  # known equal
     assert common_prefix(joined, whole[:44]) == 44 and common_prefix(whole, joined) == 49
 
 

@@ -203,6 +203,8 @@ class PrefixCache:
         start = lo * self.block_size
         # A differing key pins the fork inside its block; if every key agreed, it may lie further.
         end = start + self.block_size if lo < min(len(keys), len(session.keys)) else None
+        if end is None:
+            return common_prefix(session.tokens, tokens, start)  # no slice: it would join a session's parts
         return start + common_prefix(session.tokens[start:end], tokens[start:end])
 
     def _lookup_beyond(self, tokens: np.ndarray, scope: bytes, usable: int, keys: KeyChain,

@@ -80,17 +80,18 @@ def frozen_tokens(ids: TokenIds) -> Union[np.ndarray, JoinedTokens]:
     return out
 
 
-def common_prefix(a: TokenIds, b: TokenIds) -> int:
-    """Length of the longest common prefix. Joined sequences are compared part by part (no
-    concatenation); arrays in growing slices, so that sequences which part early cost little
-    and those which share everything cost one vectorised pass."""
+def common_prefix(a: TokenIds, b: TokenIds, start: int = 0) -> int:
+    """Length of the longest common prefix, the first ``start`` tokens being known equal.
+    Joined sequences are compared part by part (no concatenation); arrays in growing slices,
+    so that sequences which part early cost little and those which share everything cost one
+    vectorised pass."""
     joins = [len(x.head) for x in (a, b) if isinstance(x, JoinedTokens)]
+    n = min(len(a), len(b))
     if joins:
-        n = min(len(a), len(b))
-        cut = min(min(joins), n)
-        shared = common_prefix(a[:cut], b[:cut])
+        cut = max(min(min(joins), n), start)
+        shared = start + common_prefix(a[start:cut], b[start:cut])
         return shared if shared < cut or cut == n else cut + common_prefix(a[cut:n], b[cut:n])
-    return _common_prefix(token_array(a), token_array(b))
+    return start + _common_prefix(token_array(a[start:n]), token_array(b[start:n]))
 
 
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
