@@ -31,6 +31,13 @@ class KVCacheManager:
     def capacity_tokens(self) -> int:
         return self.pool.capacity_tokens
 
+    def request(self, scope: bytes, cache_id: Optional[str], prompt: TokenIds) -> Optional[CacheRequest]:
+        """What a new request brings to the cache, its prompt verified against its id's latest
+        state; None when the cache is off."""
+        if self.cache is None:
+            return None
+        return CacheRequest(scope, cache_id, self.cache.verify(prompt, scope, cache_id))
+
     def match(self, request_id: str, tokens: TokenIds, request: Optional[CacheRequest],
               first: bool, room: int) -> PrefixMatch:
         """The longest cached prefix of ``tokens``, its blocks now referenced by the request.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -32,12 +32,23 @@ NEAR_MISS_MIN_TOKENS = 1024
 NEAR_MISS_MIN_FRACTION = 0.9
 
 
+class Verified(NamedTuple):
+    """How many leading tokens of a prompt equal a terminal session's, compared at admission."""
+
+    session: TerminalSession
+    num_tokens: int  # the prompt's length
+    shared: int
+
+
 @dataclass(frozen=True)
 class CacheRequest:
     """What a request brings to the cache besides its tokens."""
 
     scope: bytes  # Scope.digest()
     cache_id: Optional[str] = None
+    # The prompt against the id's latest state (`PrefixCache.verify`): the match uses it rather
+    # than comparing 1.2 MB again, and the engine validates only the ids after `shared`.
+    verified: Optional[Verified] = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,13 @@ class PrefixCache:
 
     # -- lookup -------------------------------------------------------------------------
 
+    def verify(self, tokens: TokenIds, scope: bytes, cache_id: Optional[str]) -> Optional[Verified]:
+        """Compare a prompt with its cache id's latest terminal state, once (see CacheRequest)."""
+        session = self.sessions.latest(scope, cache_id) if cache_id is not None else None
+        if session is None:
+            return None
+        return Verified(session, len(tokens), common_prefix(session.tokens, tokens))
+
     def match(self, request_id: str, tokens: TokenIds, request: CacheRequest,
               count: bool = True, room: Optional[int] = None) -> PrefixMatch:
         """Find and adopt the longest reusable prefix of ``tokens``.
@@ -138,7 +156,9 @@ class PrefixCache:
         session = self.sessions.latest(request.scope, request.cache_id)
         if session is None:
             return None
-        shared = common_prefix(session.tokens, tokens)
+        v = request.verified
+        fresh = v is not None and v.session is session and v.num_tokens == len(tokens)  # not preempted since
+        shared = v.shared if fresh else common_prefix(session.tokens, tokens)
         full = min(shared // self.block_size, usable)
         if full < min(len(session.keys), usable):
             # The request forks inside the id's latest state: a conversation without a key of
