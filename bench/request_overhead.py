@@ -6,8 +6,10 @@ orjson) in the same run. A chat conversation of trace text grows by ``--append``
 a turn (the previous answer and a new user message) and is sent whole, as agents send it, to
 the real app (middleware, validation, template, prompt ids, admission) over the real engine
 bookkeeping (add_request, the scheduler's prefix match); the model is not run (the mark is
-taken when the first chunk is scheduled; then the turn is finished in bookkeeping only,
-untimed, so the next turn finds it resident). "with id" turns carry prompt_cache_key.
+taken when the first chunk is scheduled; then the turn is finished in bookkeeping only, so the
+next turn finds it resident). "with id" turns carry prompt_cache_key. The engine's stages are
+printed beside: AsyncEngine's snapshot, add_request and the schedule (all inside the server
+time), and the finish (commit and release, after it).
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python bench/request_overhead.py --asgi [--chars 30000,300000,1000000]
 
@@ -213,7 +215,7 @@ def asgi_turns(context: int, append: int, turns: int, warmup: int, keyed: bool) 
                 usage = orjson.loads(reply)["usage"]
                 out.append({"server": server, "json": cpu_ms(lambda: json.loads(body))[0],
                             "orjson": cpu_ms(lambda: orjson.loads(body))[0], "bytes": len(body),
-                            "cached": usage["prompt_tokens_details"]["cached_tokens"],
+                            "cached": usage["prompt_tokens_details"]["cached_tokens"], **engine.stages,
                             "prompt": usage["prompt_tokens"]})
             messages.append({"role": "assistant", "content": ""})  # the answer, resent next turn
         return out
@@ -222,7 +224,7 @@ def asgi_turns(context: int, append: int, turns: int, warmup: int, keyed: bool) 
 
 def main_asgi(args) -> None:
     print(f"{'context':>9} {'path':>8} {'body MB':>8} {'server ms':>10} {'json ms':>8} {'orjson ms':>10} "
-          f"{'server/json':>12} {'server/orjson':>14} {'hit rate':>9}")
+          f"{'server/json':>12} {'server/orjson':>14} {'hit rate':>9}   engine stages (ms): in the server time, then after it")
     for chars in map(int, args.chars.split(",")):
         for keyed in (True, False):
             runs = asgi_turns(chars, args.append, args.turns, args.warmup, keyed)
@@ -230,7 +232,8 @@ def main_asgi(args) -> None:
             hit = sum(r["cached"] for r in runs) / sum(r["prompt"] for r in runs)
             print(f"{chars:>9,} {'with id' if keyed else 'keyless':>8} {med['bytes'] / 1e6:>8.2f} "
                   f"{med['server']:>10.2f} {med['json']:>8.2f} {med['orjson']:>10.2f} "
-                  f"{med['server'] / med['json']:>11.2f}x {med['server'] / med['orjson']:>13.2f}x {hit:>9.4f}")
+                  f"{med['server'] / med['json']:>11.2f}x {med['server'] / med['orjson']:>13.2f}x {hit:>9.4f}   "
+                  + " ".join(f"{k} {med[k]:.3f}" for k in ("snapshot", "add_request", "schedule", "finish")))
 
 
 def main() -> None:
