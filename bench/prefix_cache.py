@@ -88,7 +88,7 @@ def replay_one(cache: PrefixCache, rid: str, tokens: list[int], scope: bytes) ->
     if need > pool.num_free:
         cache.evict(need - pool.num_free)
     fresh = pool.allocate(min(need, pool.num_free))
-    table = hit.blocks + fresh
+    table = hit.blocks.tolist() + fresh
     cache.commit(rid, tokens, table, len(table) * pool.block_size)
     pool.free(table)
     cache.release(rid, table, tokens)

@@ -6,8 +6,10 @@ orjson) in the same run. A chat conversation of trace text grows by ``--append``
 a turn (the previous answer and a new user message) and is sent whole, as agents send it, to
 the real app (middleware, validation, template, prompt ids, admission) over the real engine
 bookkeeping (add_request, the scheduler's prefix match); the model is not run (the mark is
-taken when the first chunk is scheduled; then the turn is finished in bookkeeping only,
-untimed, so the next turn finds it resident). "with id" turns carry prompt_cache_key.
+taken when the first chunk is scheduled; then the turn is finished in bookkeeping only, so the
+next turn finds it resident). "with id" turns carry prompt_cache_key. The engine's stages are
+printed beside: AsyncEngine's snapshot, add_request and the schedule (all inside the server
+time), and the finish (commit and release, after it).
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python bench/request_overhead.py --asgi [--chars 30000,300000,1000000]
 
@@ -61,7 +63,8 @@ import orjson
 from zllm_core import _native
 from zllm_core.cache.block_hash import chain_keys
 from zllm_core.cache.scope import CacheHint
-from zllm_core.cache.token_ids import common_prefix
+from zllm_core.cache.token_ids import common_prefix, token_array
+from zllm_core.engine.async_engine import prompt_snapshot
 from zllm_core.engine.llm_engine import LLMEngine
 from zllm_core.engine.sampling_params import SamplingParams
 from zllm_core.engine.sequence import Sequence
@@ -86,7 +89,7 @@ def one_turn(engine: LLMEngine, rid: str, prompt: np.ndarray, hint: CacheHint) -
     """One request through the engine's bookkeeping; returns each stage's CPU ms."""
     t = {}
     t["handover"], _ = cpu_ms(lambda: prompt)
-    t["snapshot"], ids = cpu_ms(lambda: np.array(prompt))
+    t["snapshot"], ids = cpu_ms(lambda: prompt_snapshot(prompt))
     t["admit"], _ = cpu_ms(lambda: engine.add_request(rid, ids, PARAMS, hint))
     t["match"], batch = cpu_ms(engine.scheduler.schedule)
     (chunk,) = batch.chunks
@@ -112,7 +115,7 @@ def old_minus_new(engine: LLMEngine, prompt: np.ndarray, seq: Sequence, keyless:
     session = next(engine.kv.cache.sessions.recent(seq.cache.scope))
     delta = {
         "handover": cpu_ms(prompt.tolist)[0] - cpu_ms(lambda: prompt)[0],
-        "snapshot": cpu_ms(lambda: list(tokens))[0] - cpu_ms(lambda: np.array(prompt))[0],
+        "snapshot": cpu_ms(lambda: list(tokens))[0] - cpu_ms(lambda: prompt_snapshot(prompt))[0],
         "admit": (cpu_ms(lambda: (min(tokens), max(tokens), list(tokens)))[0]
                   - cpu_ms(lambda: (prompt.min(), prompt.max(), Sequence("x", prompt, PARAMS, 0)))[0]),
         "finish": cpu_ms(lambda: array("i", tokens))[0] - cpu_ms(lambda: np.array(seq.token_ids))[0],
@@ -125,7 +128,7 @@ def old_minus_new(engine: LLMEngine, prompt: np.ndarray, seq: Sequence, keyless:
                               chain_keys(prompt[reused * BLOCK:usable * BLOCK], BLOCK, seq.cache.scope,
                                          session.keys[-1])))[0]
     else:
-        resident = array("i", session.tokens.tobytes())  # sessions held array('i') before
+        resident = array("i", token_array(session.tokens).tobytes())  # sessions held array('i') before
         old = cpu_ms(lambda: old_common_prefix(resident, tokens))[0]
         new = cpu_ms(lambda: common_prefix(session.tokens, prompt))[0]
     delta["match"] = old - new
@@ -146,7 +149,7 @@ def old_common_prefix(a: array, b: list[int]) -> int:
 def conversation(engine: LLMEngine, context: int, new: int, turns: int, warmup: int,
                  hint: CacheHint, rng: np.random.Generator) -> tuple[list[dict], list[dict]]:
     """Grow one conversation to ``context`` tokens, then time ``turns`` continuations."""
-    prompt = rng.integers(1000, 150000, context, dtype=np.uint32)
+    prompt = frozen(rng.integers(1000, 150000, context, dtype=np.uint32))
     now, before = [], []
     for turn in range(warmup + turns):
         t, seq = one_turn(engine, f"{hint.tenant}-{turn}", prompt, hint)
@@ -155,8 +158,14 @@ def conversation(engine: LLMEngine, context: int, new: int, turns: int, warmup: 
             now.append(t)
             before.append({k: t[k] + delta.get(k, 0.0) for k in STAGES})
         appended = rng.integers(1000, 150000, new, dtype=np.uint32)
-        prompt = np.concatenate([seq.token_ids.astype(np.uint32), appended])
+        prompt = frozen(np.concatenate([token_array(seq.token_ids).view(np.uint32), appended]))
     return now, before
+
+
+def frozen(ids: np.ndarray) -> np.ndarray:
+    """Read-only, as the tokenizer hands its prompt arrays over."""
+    ids.flags.writeable = False
+    return ids
 
 
 def median_total(runs: list[dict]) -> float:
@@ -206,7 +215,7 @@ def asgi_turns(context: int, append: int, turns: int, warmup: int, keyed: bool) 
                 usage = orjson.loads(reply)["usage"]
                 out.append({"server": server, "json": cpu_ms(lambda: json.loads(body))[0],
                             "orjson": cpu_ms(lambda: orjson.loads(body))[0], "bytes": len(body),
-                            "cached": usage["prompt_tokens_details"]["cached_tokens"],
+                            "cached": usage["prompt_tokens_details"]["cached_tokens"], **engine.stages,
                             "prompt": usage["prompt_tokens"]})
             messages.append({"role": "assistant", "content": ""})  # the answer, resent next turn
         return out
@@ -215,7 +224,7 @@ def asgi_turns(context: int, append: int, turns: int, warmup: int, keyed: bool) 
 
 def main_asgi(args) -> None:
     print(f"{'context':>9} {'path':>8} {'body MB':>8} {'server ms':>10} {'json ms':>8} {'orjson ms':>10} "
-          f"{'server/json':>12} {'server/orjson':>14} {'hit rate':>9}")
+          f"{'server/json':>12} {'server/orjson':>14} {'hit rate':>9}   engine stages (ms): in the server time, then after it")
     for chars in map(int, args.chars.split(",")):
         for keyed in (True, False):
             runs = asgi_turns(chars, args.append, args.turns, args.warmup, keyed)
@@ -223,7 +232,8 @@ def main_asgi(args) -> None:
             hit = sum(r["cached"] for r in runs) / sum(r["prompt"] for r in runs)
             print(f"{chars:>9,} {'with id' if keyed else 'keyless':>8} {med['bytes'] / 1e6:>8.2f} "
                   f"{med['server']:>10.2f} {med['json']:>8.2f} {med['orjson']:>10.2f} "
-                  f"{med['server'] / med['json']:>11.2f}x {med['server'] / med['orjson']:>13.2f}x {hit:>9.4f}")
+                  f"{med['server'] / med['json']:>11.2f}x {med['server'] / med['orjson']:>13.2f}x {hit:>9.4f}   "
+                  + " ".join(f"{k} {med[k]:.3f}" for k in ("snapshot", "add_request", "schedule", "finish")))
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from zllm_core.cache.block_hash import chain_keys
 from zllm_core.cache.block_pool import BlockPool
 from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
 from zllm_core.cache.scope import CacheHint, Scope
+from zllm_core.cache.token_ids import token_array
 
 BS = 4
 SCOPE_A = Scope("model-a").digest()
@@ -21,7 +22,7 @@ def run_request(cache: PrefixCache, rid: str, tokens: list[int], scope: bytes = 
     """What the scheduler and engine do for one request whose prompt is fully prefilled."""
     hit = cache.match(rid, tokens, CacheRequest(scope, cache_id))
     pool = cache.pool
-    table = hit.blocks + pool.allocate(-(-len(tokens) // BS) - len(hit.blocks))
+    table = hit.blocks.tolist() + pool.allocate(-(-len(tokens) // BS) - len(hit.blocks))
     cache.commit(rid, tokens, table, len(tokens))
     if finish:
         pool.free(table)
@@ -113,6 +114,29 @@ def test_an_id_two_conversations_share_still_finds_the_longest_prefix():
     assert hit.kind == "longest_prefix" and hit.num_tokens == 20
 
 
+def test_a_session_naming_another_requests_block_evicted_while_it_ran_adopts_nothing_free():
+    """Two requests compute the same blocks; the second's commit finds the first's indexed and
+    its session names those. Evicted before the session is recorded, they must not be adopted
+    by the next turn (they are free, or someone else's)."""
+    cache = PrefixCache(BlockPool(16, BS))
+    pool, tokens = cache.pool, list(range(9))
+    for rid in ("a", "b"):
+        cache.match(rid, tokens, CacheRequest(SCOPE_A, rid))
+    ta, tb = pool.allocate(3), pool.allocate(3)
+    cache.commit("a", tokens, ta, 8)
+    cache.commit("b", tokens, tb, 8)  # the keys are a's: b's own copies stay private
+    pool.free(ta)
+    cache.release("a", ta)  # aborted: no session, its two indexed blocks unused
+    assert cache.evict(2) == 2
+    pool.free(tb)
+    cache.release("b", tb, tokens)
+    hit = cache.match("c", tokens + [1], CacheRequest(SCOPE_A, "b"))
+    assert hit.kind == "cold" and not len(hit.blocks)
+    cache.release("c", [])
+    cache.clear()
+    assert pool.is_empty()
+
+
 def test_cache_hint_scopes_by_tenant():
     base = Scope("m", "t")
     assert CacheHint(tenant="x").scope(base).digest() != CacheHint(tenant="y").scope(base).digest()
@@ -180,7 +204,7 @@ def test_keyless_lookup_finds_blocks_another_branch_registered_past_the_closest_
     run_request(cache, "done", prefix + [7] * 8)  # a session sharing two blocks
     _, running = run_request(cache, "running", prefix + theirs, finish=False)  # no session yet
     hit = cache.match("next", prefix + theirs + [1, 2, 3], CacheRequest(SCOPE_A))
-    assert hit.blocks == running[:6] and hit.num_tokens == 24
+    assert hit.blocks.tolist() == running[:6] and hit.num_tokens == 24
 
 
 def reference_match(cache: PrefixCache, tokens: list[int], scope: bytes):
@@ -188,7 +212,7 @@ def reference_match(cache: PrefixCache, tokens: list[int], scope: bytes):
     the recent session sharing the most tokens (the newest among equals)."""
     usable = (len(tokens) - 1) // BS
     blocks = cache.index.lookup(chain_keys(tokens[:usable * BS], BS, scope))
-    shares = [(sum(1 for _ in takewhile(lambda p: p[0] == p[1], zip(s.tokens.tolist(), tokens))), s)
+    shares = [(sum(1 for _ in takewhile(lambda p: p[0] == p[1], zip(token_array(s.tokens).tolist(), tokens))), s)
               for s in cache.sessions.recent(scope)]
     parent = max(shares, key=lambda pair: pair[0], default=(0, None))[1]
     return blocks, parent.serial if parent is not None and blocks else None
@@ -207,7 +231,7 @@ def test_keyless_matches_equal_hashing_every_block_and_comparing_every_session(s
         blocks, parent = reference_match(cache, tokens, SCOPE_A)
         finish = rng.random() < 0.8  # the others stay running: registered, but no session yet
         hit, table = run_request(cache, f"r{turn}", tokens, finish=finish)
-        assert hit.blocks == blocks, turn
+        assert hit.blocks.tolist() == blocks, turn
         if finish:
             assert next(cache.sessions.recent(SCOPE_A)).parent == parent, turn
         else:

@@ -46,7 +46,7 @@ def run_request(cache, rid, tokens, scope=SCOPE, cache_id=None):
     fill(expected, list(range(len(hit.blocks) + 1)), tokens[:hit.num_tokens])
     restored = storage.gather(hit.blocks)
     assert torch.equal(restored, expected.gather(range(len(hit.blocks)))), "wrong K/V restored"
-    table = hit.blocks + pool.allocate(-(-len(tokens) // BS) - len(hit.blocks))
+    table = hit.blocks.tolist() + pool.allocate(-(-len(tokens) // BS) - len(hit.blocks))
     fill(storage, table, tokens)
     cache.commit(rid, tokens, table, len(tokens))
     pool.free(table)
@@ -189,7 +189,7 @@ def test_a_bad_blob_is_refused_before_allocation_quarantined_and_served_as_a_mis
     corrupt(blob)
     free_before = list(cache.pool._free)
     hit = cache.match("b", prompt, CacheRequest(SCOPE))
-    assert hit.kind == "cold" and hit.blocks == []
+    assert hit.kind == "cold" and not len(hit.blocks)
     assert list(cache.pool._free) == free_before  # not one block was taken
     assert cache.ssd.stats.quarantined == 1 and cache.ssd.stats.hits == 0
     assert (tmp_path / "quarantine" / blob.name).exists() and not blob.exists()

@@ -142,3 +142,26 @@ def test_a_uint32_array_prompt_runs_like_the_same_list_and_hooks_see_every_token
     (out,) = run_all(make_engine(), [np.array(prompt, dtype=np.uint32)], params)
     assert out == run_all(make_engine(), [prompt], SamplingParams(max_tokens=6, temperature=0.0))[0]
     assert seen == [prompt + out[:i] for i in range(len(out))]
+
+
+def test_a_next_turn_is_compared_once_and_its_new_ids_still_validated(make_engine, monkeypatch):
+    """The prompt is compared with the conversation's last state at admission; the match reuses
+    that (no second 1.2 MB compare at 300K tokens) and only the ids after it are validated, so an
+    out-of-vocabulary id in the new part is still refused."""
+    from zllm_core.cache import prefix_cache
+    from zllm_core.cache.scope import CacheHint
+    engine, hint = make_engine(), CacheHint(cache_id="conv")
+    prompt = np.array(random_prompts(1, 40, 41, seed=3)[0], dtype=np.uint32)
+    prompt.flags.writeable = False
+    (out,) = run_all(engine, [prompt], SamplingParams(max_tokens=3, temperature=0.0), cache=hint)
+    nxt = np.concatenate([prompt, np.array(out + [1234, 2345], dtype=np.uint32)])
+    bad = nxt.copy()
+    bad[-1] = engine.model.config.vocab_size
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        engine.add_request("bad", bad, GREEDY, hint)
+    compares, real = [], prefix_cache.common_prefix
+    monkeypatch.setattr(prefix_cache, "common_prefix", lambda *a: compares.append(a) or real(*a))
+    engine.add_request("next", nxt, GREEDY, hint)  # PrefixCache.verify: the one compare
+    engine.step()
+    assert len(compares) == 1 and engine.metrics()["cache"]["cached_tokens"] == 32
+    engine.abort("next")

@@ -1,4 +1,6 @@
 """The scheduler on its own: task kinds, budgets, preemption, and block accounting."""
+import numpy as np
+
 from zllm_core.cache.block_pool import BlockPool
 from zllm_core.cache.kv_cache_manager import KVCacheManager
 from zllm_core.cache.prefix_cache import CacheRequest, PrefixCache
@@ -144,3 +146,22 @@ def test_admission_keeps_a_block_free_for_each_decoding_sequence():
     batch = sched.schedule()
     assert batch.num_decodes == 1 and [c.seq for c in batch.chunks] == [first]
     assert late in sched.waiting and not late.block_table and sched.num_preemptions == 0
+
+
+def test_a_read_only_prompt_is_held_not_copied_and_its_session_shares_it():
+    """The tokenizer's read-only prompt array goes through admission, the match and the
+    finished request's terminal session without a copy; only what was generated is copied."""
+    sched, pool = make_scheduler(16, cache=True)
+    prompt = np.arange(10, dtype=np.uint32)
+    prompt.flags.writeable = False
+    seq = Sequence("r0", prompt, SamplingParams(max_tokens=4), arrival=0)
+    seq.cache = CacheRequest(b"s" * 32, "conv")
+    sched.add(seq)
+    advance(sched, sched.schedule())
+    assert np.shares_memory(seq.token_ids.head, prompt) and seq.token_ids.tail.tolist() == [0]
+    sched.finish(seq, "stop")
+    session = sched.kv.cache.sessions.latest(b"s" * 32, "conv")
+    assert np.shares_memory(session.tokens.head, prompt) and not np.shares_memory(session.tokens.tail, seq._out)
+    assert np.asarray(session.tokens).tolist() == list(range(10)) + [0]
+    sched.kv.cache.clear()
+    assert pool.is_empty()

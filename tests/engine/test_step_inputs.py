@@ -22,7 +22,7 @@ def check(step, batch, buffers):
     ids, positions, slots, qsl = [], [], [], [0]
     for i, c in enumerate(batch.chunks):
         table = c.seq.block_table
-        assert m.block_tables[i, :len(table)].tolist() == table[:m.block_tables.shape[1]]
+        assert m.block_tables[i, :len(table)].tolist() == table[:m.block_tables.shape[1]].tolist()
         pos = range(c.start, c.start + c.length)
         ids += c.seq.ids(c.start, c.length).tolist()
         positions += pos

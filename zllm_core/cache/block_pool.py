@@ -26,6 +26,7 @@ class BlockPool:
         # numpy updates them in one pass.
         self.ref_counts = np.zeros(num_blocks, dtype=np.int32)
         self._slot = np.zeros(num_blocks, dtype=np.intp)  # scratch for _distinct
+        self._iota = np.arange(num_blocks, dtype=np.intp)
         self._free: deque[int] = deque(range(num_blocks))
 
     @property
@@ -70,7 +71,7 @@ class BlockPool:
         """The ids as an index array, refused if one repeats: a vectorised update would count
         a repeated block once (each block table holds a block once)."""
         ids = np.asarray(block_ids, dtype=np.intp)
-        order = np.arange(len(ids))
+        order = self._iota[:len(ids)]
         self._slot[ids] = order
         if not np.array_equal(self._slot[ids], order):
             raise ValueError("a block appears twice in one call")

@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from zllm_core.cache.block_hash import chain_keys
+from zllm_core.cache.block_hash import KeyChain, chain_keys
 from zllm_core.cache.block_pool import BlockPool
+from zllm_core.cache.block_table import BlockTable
 from zllm_core.cache.prefix_index import PrefixIndex
 from zllm_core.cache.snapshot_store import SessionRecord
 from zllm_core.cache.ssd_tier import SSDTier
@@ -31,17 +32,28 @@ NEAR_MISS_MIN_TOKENS = 1024
 NEAR_MISS_MIN_FRACTION = 0.9
 
 
+class Verified(NamedTuple):
+    """How many leading tokens of a prompt equal a terminal session's, compared at admission."""
+
+    session: TerminalSession
+    num_tokens: int  # the prompt's length
+    shared: int
+
+
 @dataclass(frozen=True)
 class CacheRequest:
     """What a request brings to the cache besides its tokens."""
 
     scope: bytes  # Scope.digest()
     cache_id: Optional[str] = None
+    # The prompt against the id's latest state (`PrefixCache.verify`): the match uses it rather
+    # than comparing 1.2 MB again, and the engine validates only the ids after `shared`.
+    verified: Optional[Verified] = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
 class PrefixMatch:
-    blocks: list[int]
+    blocks: np.ndarray  # block ids (intp), in order
     num_tokens: int
     kind: str  # "exact_id" | "longest_prefix" | "ssd_exact_id" | "ssd_longest_prefix" | "cold"
 
@@ -72,9 +84,12 @@ class CacheStats:
 @dataclass
 class _Live:
     request: CacheRequest
-    keys: list[bytes]  # chain keys of the full blocks computed so far
+    keys: KeyChain  # chain keys of the full blocks computed so far
     registered: int
-    blocks: np.ndarray  # the block indexed under each of the first `registered` keys (-1: none)
+    blocks: BlockTable  # the block indexed under each of the first `registered` keys (-1: none)
+    # The registrations (PrefixIndex.epochs) of the adopted ones, taken at the match (a holder
+    # keeps them): a finish gathers only those of the blocks this request committed.
+    epochs: np.ndarray
     parent: Optional[TerminalSession]
 
 
@@ -99,6 +114,13 @@ class PrefixCache:
 
     # -- lookup -------------------------------------------------------------------------
 
+    def verify(self, tokens: TokenIds, scope: bytes, cache_id: Optional[str]) -> Optional[Verified]:
+        """Compare a prompt with its cache id's latest terminal state, once (see CacheRequest)."""
+        session = self.sessions.latest(scope, cache_id) if cache_id is not None else None
+        if session is None:
+            return None
+        return Verified(session, len(tokens), common_prefix(session.tokens, tokens))
+
     def match(self, request_id: str, tokens: TokenIds, request: CacheRequest,
               count: bool = True, room: Optional[int] = None) -> PrefixMatch:
         """Find and adopt the longest reusable prefix of ``tokens``.
@@ -111,19 +133,22 @@ class PrefixCache:
         # Diagnostics run once per request, not again when a deferred request re-matches.
         found = (self._match_by_id(tokens, request, usable, count)
                  or self._match_longest(tokens, request, usable, count))
-        keys, blocks, kind, parent = found
+        keys, blocks, epochs, kind, parent = found
         self.index.adopt(blocks)
         fits = room is None or -(-len(tokens) // self.block_size) - len(blocks) <= room
         if self.ssd is not None and len(blocks) < usable and fits:
             keys, blocks, kind = self._restore(tokens, request, usable, keys, blocks, kind)
-        self._live[request_id] = _Live(request, keys[:len(blocks)], len(blocks), blocks, parent)
+        if len(epochs) < len(blocks):  # those not from a session: looked up, restored
+            epochs = np.concatenate((epochs, self.index.epochs(blocks[len(epochs):])))
+        self._live[request_id] = _Live(request, keys.prefix(len(blocks)), len(blocks), BlockTable(blocks, 64),
+                                       epochs, parent)
         n = len(blocks) * self.block_size
         if count:
             self.stats.requests += 1
             self.stats.prompt_tokens += len(tokens)
             self.stats.cached_tokens += n
             self.stats.lookups[kind] += 1
-        return PrefixMatch(blocks.tolist(), n, kind)
+        return PrefixMatch(blocks, n, kind)
 
     def _match_by_id(self, tokens: np.ndarray, request: CacheRequest, usable: int, diagnose: bool):
         if request.cache_id is None:
@@ -131,54 +156,59 @@ class PrefixCache:
         session = self.sessions.latest(request.scope, request.cache_id)
         if session is None:
             return None
-        shared = common_prefix(session.tokens, tokens)
+        v = request.verified
+        fresh = v is not None and v.session is session and v.num_tokens == len(tokens)  # not preempted since
+        shared = v.shared if fresh else common_prefix(session.tokens, tokens)
         full = min(shared // self.block_size, usable)
         if full < min(len(session.keys), usable):
             # The request forks inside the id's latest state: a conversation without a key of
             # its own (its id names a tokenizer session two may share) or an edited history.
             # Another state may share more, so the longest-prefix path looks (and diagnoses).
             return None
-        keys = list(session.keys[:full])
-        blocks = self._resident(session, keys)
+        keys = KeyChain(session.keys, full)
+        blocks, epochs = self._resident(session, keys)
         if not len(blocks):
             return None  # the longest-prefix path looks again (and diagnoses)
         if diagnose:
             self._check_near_miss(tokens, session, shared)
-        return keys, blocks, "exact_id", session
+        return keys, blocks, epochs, "exact_id", session
 
     def _match_longest(self, tokens: np.ndarray, request: CacheRequest, usable: int, diagnose: bool):
         # The resident session sharing the most is this request's parent, and the one a
         # fork would be diagnosed against.
         shared, parent, keys, source = self._closest_session(tokens, request.scope, usable)
-        blocks = self._resident(source, keys) if source is not None else np.zeros(0, np.intp)
+        none = np.zeros(0, np.intp)
+        blocks, epochs = self._resident(source, keys) if source is not None else (none, none)
         blocks = self._lookup_beyond(tokens, request.scope, usable, keys, blocks)
         if parent is not None and diagnose:
             self._check_near_miss(tokens, parent, shared)
-        return keys, blocks, ("longest_prefix" if len(blocks) else "cold"), parent if len(blocks) else None
+        return keys, blocks, epochs, ("longest_prefix" if len(blocks) else "cold"), parent if len(blocks) else None
 
     def _closest_session(self, tokens: np.ndarray, scope: bytes, usable: int):
         """The recent session of ``scope`` sharing the most tokens (the newest among equals),
         how many it shares, and the chain keys of the request's leading blocks that sessions
         already hold, with the session they came from: equal scope and equal tokens make equal
         keys, so those need no hashing."""
-        known: Sequence[bytes] = ()
+        known = KeyChain()
         shared, parent, source = 0, None, None
         for session in self.sessions.recent(scope):
             n = self._shared_with(session, tokens, known)
             blocks = min(n // self.block_size, usable, len(session.keys))
             if blocks > len(known):
-                known, source = session.keys[:blocks], session
+                known, source = KeyChain(session.keys, blocks), session
             if parent is None or n > shared:
                 shared, parent = n, session
-        return shared, parent, list(known), source
+        return shared, parent, known, source
 
-    def _resident(self, session: TerminalSession, keys: list[bytes]) -> np.ndarray:
+    def _resident(self, session: TerminalSession, keys: KeyChain) -> tuple[np.ndarray, np.ndarray]:
         """The blocks of ``keys`` (a prefix of the session's): the session's own where they are
-        still indexed as it left them (one vectorised check), then the index's for the rest."""
+        still indexed as it left them (one vectorised check), then the index's for the rest; and
+        the epochs of the session's (still those blocks' registrations: a holder keeps them)."""
         n = self.index.resident(session.blocks[:len(keys)], session.epochs[:len(keys)])
         if n == len(keys):
-            return session.blocks[:n]
-        return np.concatenate((session.blocks[:n], np.asarray(self.index.lookup(keys[n:]), dtype=np.intp)))
+            return session.blocks[:n], session.epochs[:n]
+        more = np.asarray(self.index.lookup(keys[n:]), dtype=np.intp)
+        return np.concatenate((session.blocks[:n], more)), session.epochs[:n]
 
     def _shared_with(self, session: TerminalSession, tokens: np.ndarray, keys: Sequence[bytes]) -> int:
         """Tokens shared with a session, given the keys of the request's leading blocks known so
@@ -193,9 +223,11 @@ class PrefixCache:
         start = lo * self.block_size
         # A differing key pins the fork inside its block; if every key agreed, it may lie further.
         end = start + self.block_size if lo < min(len(keys), len(session.keys)) else None
+        if end is None:
+            return common_prefix(session.tokens, tokens, start)  # no slice: it would join a session's parts
         return start + common_prefix(session.tokens[start:end], tokens[start:end])
 
-    def _lookup_beyond(self, tokens: np.ndarray, scope: bytes, usable: int, keys: list[bytes],
+    def _lookup_beyond(self, tokens: np.ndarray, scope: bytes, usable: int, keys: KeyChain,
                        blocks: np.ndarray) -> np.ndarray:
         """``blocks`` (of ``keys``, all indexed) extended past what the sessions knew: another
         branch (still running, or whose session was dropped) may have registered more. Runs of
@@ -210,8 +242,8 @@ class PrefixCache:
             step *= 2
         return blocks
 
-    def _restore(self, tokens: np.ndarray, request: CacheRequest, usable: int, keys: list[bytes],
-                 blocks: np.ndarray, kind: str) -> tuple[list[bytes], np.ndarray, str]:
+    def _restore(self, tokens: np.ndarray, request: CacheRequest, usable: int, keys: KeyChain,
+                 blocks: np.ndarray, kind: str) -> tuple[KeyChain, np.ndarray, str]:
         """Extend the device blocks with the SSD tier's run after them, restored into the pool."""
         keys, ssd_kind = self._ssd_keys(tokens, request, usable, keys, len(blocks))
         located = self.ssd.locate(keys[len(blocks):usable])
@@ -221,8 +253,8 @@ class PrefixCache:
         self.index.register(keys[len(blocks):len(blocks) + len(restored)], restored, request.scope)
         return keys, np.concatenate((blocks, np.asarray(restored, dtype=np.intp))), ssd_kind
 
-    def _ssd_keys(self, tokens: np.ndarray, request: CacheRequest, usable: int, keys: list[bytes],
-                  resident: int) -> tuple[list[bytes], str]:
+    def _ssd_keys(self, tokens: np.ndarray, request: CacheRequest, usable: int, keys: KeyChain,
+                  resident: int) -> tuple[KeyChain, str]:
         """The request's keys up to ``usable`` blocks, and how the SSD lookup is made: first by an
         SSD session record with the request's cache id, which supplies the keys of the tokens it
         shares (verified token by token) past the ``resident`` blocks; the rest are hashed."""
@@ -231,10 +263,12 @@ class PrefixCache:
         if record is not None:
             shared = min(common_prefix(record.tokens, tokens) // self.block_size, usable, len(record.keys))
             if shared > resident:
-                keys, kind = list(record.keys[:shared]) + keys[shared:], "ssd_exact_id"
+                chain = KeyChain(record.keys, shared)
+                chain += keys[shared:]
+                keys, kind = chain, "ssd_exact_id"
         if len(keys) < usable:
-            keys = keys + self.keys(tokens[len(keys) * self.block_size:usable * self.block_size],
-                                    request.scope, keys[-1] if keys else b"")
+            keys += self.keys(tokens[len(keys) * self.block_size:usable * self.block_size],
+                              request.scope, keys[-1] if keys else b"")
         return keys, kind
 
     def _take(self, n: int) -> list[int]:
@@ -272,12 +306,12 @@ class PrefixCache:
         if full > len(live.keys):
             parent = live.keys[-1] if live.keys else b""
             start = len(live.keys) * self.block_size
-            new_blocks = token_array(tokens)[start:full * self.block_size]
+            new_blocks = token_array(tokens[start:full * self.block_size])
             live.keys += self.keys(new_blocks, live.request.scope, parent)
         if full > live.registered:
             indexed = self.index.register(live.keys[live.registered:full], block_table[live.registered:full],
                                           live.request.scope)
-            live.blocks = np.concatenate((live.blocks, np.asarray(indexed, dtype=np.intp)))
+            live.blocks.extend(indexed)
             live.registered = full
 
     def release(self, request_id: str, blocks: Sequence[int], tokens: Optional[TokenIds] = None) -> None:
@@ -285,18 +319,24 @@ class PrefixCache:
         finished successfully and its terminal state stays resident for the next turn."""
         live = self._live.pop(request_id, None)
         if live is not None and tokens is not None:
-            indexed = live.blocks[:live.registered]
-            keys = live.keys[:live.registered]
+            indexed = live.blocks[:live.registered].astype(np.intp)  # intp: gathers index with it fastest
+            keys = live.keys.prefix(live.registered).settled()
             session = self.sessions.record(live.request.cache_id, live.request.scope, tokens, keys,
-                                           indexed, self.index.epochs(indexed), live.parent)
+                                           indexed, self._epochs(live, indexed), live.parent)
             if self.ssd is not None and self.ssd.config.write_through:  # before the record naming them
                 held = indexed >= 0
                 self.ssd.write_through(live.request.scope, [k for k, h in zip(keys, held) if h],
                                        indexed[held].tolist())
             if self.ssd is not None and session.cache_id is not None:
-                self.ssd.record_session(SessionRecord(session.scope, session.cache_id, session.tokens,
-                                                      session.keys, session.parent, session.round))
+                self.ssd.record_session(SessionRecord(session.scope, session.cache_id, token_array(session.tokens),
+                                                      tuple(session.keys), session.parent, session.round))
         self.index.released(blocks)
+
+    def _epochs(self, live: _Live, indexed: np.ndarray) -> np.ndarray:
+        """The registrations of a finished request's blocks: the adopted ones' as the match found
+        them, those it committed gathered now (-1 for one evicted meanwhile: another key's)."""
+        committed = indexed[len(live.epochs):]
+        return np.concatenate((live.epochs, self.index.epochs(committed))) if len(committed) else live.epochs
 
     def evict(self, n: int) -> int:
         return self.index.evict(n)

@@ -27,8 +27,9 @@ class PrefixIndex:
         self._key_of: dict[int, bytes] = {}
         self._scope_of: dict[int, bytes] = {}
         self._indexed = np.zeros(pool.num_blocks, dtype=bool)
-        # Which registration indexed each block: a holder of (block, epoch) pairs (a terminal
-        # session) learns in one vectorised pass whether its blocks are still those of its keys.
+        # Which registration indexed each block (0: not indexed): a holder of (block, epoch)
+        # pairs (a terminal session) learns in one vectorised pass whether its blocks are still
+        # those of its keys.
         self._epoch = np.zeros(pool.num_blocks, dtype=np.int64)
         self._registrations = 0
         # Eviction order: releases oldest first, each a user's indexed blocks tail first. A
@@ -63,7 +64,7 @@ class PrefixIndex:
         """Index newly completed full blocks (still in use by the sequence that filled them).
         Returns the block each key is indexed under (-1: none, its block being another key's)."""
         new, indexed = [], []
-        for key, block in zip(keys, blocks):
+        for key, block in zip(keys, blocks.tolist() if isinstance(blocks, np.ndarray) else blocks):
             held = self._block_of.get(key)
             if held is not None or block in self._key_of:
                 indexed.append(-1 if held is None else held)
@@ -81,15 +82,18 @@ class PrefixIndex:
         return indexed
 
     def epochs(self, blocks: np.ndarray) -> np.ndarray:
-        """Each block's registration, for `resident` to check later."""
-        return self._epoch[blocks]
+        """Each block's registration, for `resident` to check later; -1 where there is no block or
+        it is no longer indexed (another key's block, evicted while this holder ran)."""
+        epochs = self._epoch[blocks]
+        return np.where((blocks >= 0) & (epochs > 0), epochs, -1)
 
     def resident(self, blocks: np.ndarray, epochs: np.ndarray) -> int:
         """How many leading `blocks` are still indexed by the registration `epochs` names (so
-        still under the keys they were indexed with): one vectorised pass, no key lookups."""
-        ok = blocks >= 0
-        ok[ok] = self._indexed[blocks[ok]] & (self._epoch[blocks[ok]] == epochs[ok])
-        return len(ok) if ok.all() else int(ok.argmin())
+        still under the keys they were indexed with): one gather and compare, no key lookups.
+        A missing block's -1 matches no epoch, an evicted block's 0 none that registered."""
+        ok = self._epoch[blocks] == epochs
+        first = int(ok.argmin()) if len(ok) else 0
+        return len(ok) if not len(ok) or ok[first] else first
 
     def released(self, blocks: Sequence[int]) -> None:
         """A user let go of ``blocks``; those only the index still holds become evictable.
@@ -172,3 +176,4 @@ class PrefixIndex:
         del self._block_of[self._key_of.pop(block)]
         del self._scope_of[block]
         self._indexed[block] = False
+        self._epoch[block] = 0

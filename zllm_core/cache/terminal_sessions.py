@@ -13,7 +13,7 @@ from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
-from zllm_core.cache.token_ids import TOKEN_DTYPE, TokenIds
+from zllm_core.cache.token_ids import TokenIds, frozen_tokens
 
 MAX_ROUNDS = 4  # states kept per cache id: intermediate states do not stay forever
 # What an id's sessions hold per token of its latest, at most: each of its rounds (no longer
@@ -27,8 +27,8 @@ class TerminalSession:
     serial: int
     cache_id: Optional[str]
     scope: bytes
-    tokens: np.ndarray  # int32 token ids, prompt and output (read-only)
-    keys: tuple[bytes, ...]  # chain keys of its computed full blocks
+    tokens: TokenIds  # int32 token ids, prompt and output (read-only: an array or JoinedTokens)
+    keys: Sequence[bytes]  # chain keys of its computed full blocks (never changed: a KeyChain or a tuple)
     blocks: np.ndarray  # the block indexed under each key when it finished (-1: none)
     epochs: np.ndarray  # and the index registration of each (PrefixIndex.resident checks both)
     parent: Optional[int]
@@ -52,9 +52,8 @@ class TerminalSessions:
     def record(self, cache_id: Optional[str], scope: bytes, tokens: TokenIds, keys: Sequence[bytes],
                blocks: np.ndarray, epochs: np.ndarray, parent: Optional[TerminalSession]) -> TerminalSession:
         self._serial += 1
-        tokens = np.array(tokens, dtype=TOKEN_DTYPE)  # one copy: the caller's buffer moves on
-        tokens.flags.writeable = False
-        session = TerminalSession(self._serial, cache_id, scope, tokens, tuple(keys), blocks, epochs,
+        tokens = frozen_tokens(tokens)  # a read-only prompt is kept as it is, not copied
+        session = TerminalSession(self._serial, cache_id, scope, tokens, keys, blocks, epochs,
                                   parent.serial if parent else None, parent.round + 1 if parent else 0)
         self._all[session.serial] = session
         self._num_tokens += len(session.tokens)

@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Callable, Optional
 import numpy as np
 
 from zllm_core.cache.scope import CacheHint
-from zllm_core.cache.token_ids import TokenIds
+from zllm_core.cache.token_ids import TokenIds, is_frozen
 from zllm_core.engine.heap_trim import HeapTrimmer
 from zllm_core.engine.llm_engine import EngineConfig, LLMEngine
 from zllm_core.engine.output_processor import GenerationEvent, OutputProcessor
@@ -39,6 +39,16 @@ class EngineShutdown(EngineError):
 
     def __init__(self) -> None:
         super().__init__("the server is shutting down", refused=False)
+
+
+def prompt_snapshot(prompt_ids: TokenIds) -> np.ndarray:
+    """The prompt as the engine thread will read it later: a frozen array (the tokenizer's)
+    as it is, anything else copied now, read-only, so the caller may reuse its own."""
+    if is_frozen(prompt_ids):
+        return prompt_ids
+    prompt = np.array(prompt_ids)
+    prompt.flags.writeable = False
+    return prompt
 
 
 class AsyncEngine:
@@ -83,7 +93,7 @@ class AsyncEngine:
         if rid in self._sinks:
             raise EngineError(f"request id {rid!r} is already running", refused=True)
         try:
-            prompt = np.array(prompt_ids)  # a snapshot (one memcpy): the engine thread reads it later
+            prompt = prompt_snapshot(prompt_ids)
         except ValueError as exc:  # ragged nesting; the engine refuses every other bad prompt
             raise EngineError(f"prompt token ids: {exc}", refused=True) from None
         sink: asyncio.Queue = asyncio.Queue()

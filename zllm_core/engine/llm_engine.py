@@ -133,6 +133,7 @@ class LLMEngine:
         self._seqs: dict[str, Sequence] = {}
         self.spec_stats = SpeculationStats()
         self._arrivals = itertools.count()
+        self._digests: dict[str, bytes] = {}  # by tenant: the scope's JSON and SHA-256 once, not per request
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "LLMEngine":
@@ -152,15 +153,17 @@ class LLMEngine:
 
     def add_request(self, request_id: str, prompt_ids: TokenIds, params: SamplingParams,
                     cache: Optional[CacheHint] = CacheHint()) -> None:
-        """Queue a request; ``prompt_ids`` is an integer array (or a list) the sequence copies.
-        ``cache=None`` keeps it out of the prefix cache entirely."""
+        """Queue a request; ``prompt_ids`` is an integer array (or a list). A read-only int32
+        or uint32 array that views nothing writable (the tokenizer's) is held as it is, never
+        copied; anything else is copied once. ``cache=None`` keeps it out of the prefix cache."""
         if request_id in self._seqs:
             raise ValueError(f"request id {request_id!r} is already in use")
         prompt_ids = np.asarray(prompt_ids)
         self._validate_prompt(prompt_ids)
         seq = Sequence(request_id, prompt_ids, params, next(self._arrivals))
-        if cache is not None and self.kv.cache is not None:
-            seq.cache = CacheRequest(cache.scope(self.scope).digest(), cache.cache_id)
+        if cache is not None:
+            seq.cache = self.kv.request(self._scope_digest(cache), cache.cache_id, seq.prompt)
+        self._validate_ids(prompt_ids, self._checked(seq, prompt_ids))
         if params.seed is not None:
             seq.generator = torch.Generator(self.device).manual_seed(params.seed)
         if (self.config.speculative_tokens and params.speculative and params.logits_hook is None
@@ -168,6 +171,12 @@ class LLMEngine:
             seq.drafter = NgramDrafter(self.config.speculative_tokens)
         self._seqs[request_id] = seq
         self.scheduler.add(seq)
+
+    def _scope_digest(self, cache: CacheHint) -> bytes:
+        digest = self._digests.get(cache.tenant)
+        if digest is None:
+            digest = self._digests[cache.tenant] = cache.scope(self.scope).digest()
+        return digest
 
     def _validate_prompt(self, prompt_ids: np.ndarray) -> None:
         if prompt_ids.size == 0:
@@ -177,13 +186,24 @@ class LLMEngine:
         if len(prompt_ids) >= self.max_model_len:
             raise ValueError(f"prompt has {len(prompt_ids)} tokens; the context length is "
                              f"{self.max_model_len} and at least one token must be generated")
-        vocab = self.model.config.vocab_size
-        lo, hi = int(prompt_ids.min()), int(prompt_ids.max())
-        if lo < 0 or hi >= vocab:
-            raise ValueError(f"prompt token id {lo if lo < 0 else hi} is outside the vocabulary (size {vocab})")
         capacity = self.kv.capacity_tokens
         if len(prompt_ids) >= capacity:
             raise ValueError(f"prompt has {len(prompt_ids)} tokens; the KV cache holds {capacity}")
+
+    @staticmethod
+    def _checked(seq: Sequence, prompt_ids: np.ndarray) -> int:
+        """Leading ids already known valid: those equal, bit for bit, to the conversation's last
+        state (a validated prompt and sampled tokens). A wider dtype was narrowed before that
+        compare, so its ids are all checked."""
+        verified = seq.cache.verified if seq.cache is not None else None
+        return verified.shared if verified is not None and prompt_ids.itemsize == 4 else 0
+
+    def _validate_ids(self, prompt_ids: np.ndarray, start: int) -> None:
+        vocab, rest = self.model.config.vocab_size, prompt_ids[start:]
+        # One pass: viewed as unsigned, a negative id is larger than any vocabulary.
+        if len(rest) and int(rest.view(f"u{rest.itemsize}").max()) >= vocab:
+            lo, hi = int(rest.min()), int(rest.max())
+            raise ValueError(f"prompt token id {lo if lo < 0 else hi} is outside the vocabulary (size {vocab})")
 
     def abort(self, request_id: str, reason: str = "abort") -> Optional[RequestOutput]:
         """End a request now. ``reason="stop"`` (its consumer found a stop string) keeps its

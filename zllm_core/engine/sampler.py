@@ -76,7 +76,8 @@ def apply_hooks(logits: torch.Tensor, seqs: list[Sequence], rows: np.ndarray | N
     for i, seq in enumerate(seqs):
         if seq.params.logits_hook is not None:
             try:
-                seq.params.logits_hook(seq.token_ids, logits[i if rows is None else int(rows[i])])
+                # One array (the prompt and outputs joined): a hook is Python over a vocabulary row anyway.
+                seq.params.logits_hook(np.asarray(seq.token_ids), logits[i if rows is None else int(rows[i])])
             except Exception as exc:  # noqa: BLE001 - a request's hook must not end the batch
                 failed[i] = exc
     return failed

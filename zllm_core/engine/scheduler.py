@@ -25,6 +25,7 @@ from enum import Enum
 from operator import attrgetter
 from typing import NamedTuple, Optional
 
+from zllm_core.cache.block_table import BlockTable
 from zllm_core.cache.kv_cache_manager import KVCacheManager
 from zllm_core.engine.sequence import Sequence, Status
 
@@ -148,7 +149,7 @@ class Scheduler:
         if seq.block_table:
             self._released.append(seq.request_id)
         self.kv.release(seq.request_id, seq.block_table, seq.token_ids if keep_terminal else None)
-        seq.block_table = []
+        seq.block_table = BlockTable()
         seq.num_computed = 0
 
     def _preempt_youngest(self) -> Sequence:
@@ -224,7 +225,9 @@ class Scheduler:
             # unused cache blocks the cache evicts, backing them up, before it admits).
             room = self.kv.num_blocks - sum(len(s.block_table) for s in self.running) - reserve
             hit = self.kv.match(seq.request_id, seq.token_ids, seq.cache, first=not seq.matched, room=room)
-            seq.block_table = hit.blocks
+            # Room for the prompt's uncached blocks and the first outputs' (the table doubles after).
+            uncached = -(-seq.num_tokens // self.kv.block_size) - len(hit.blocks)
+            seq.block_table = BlockTable(hit.blocks, room=uncached + 16)
             seq.num_computed = hit.num_tokens
             if not seq.matched:  # what the client is told was cached: its first admission
                 seq.num_cached = hit.num_tokens

@@ -1,7 +1,7 @@
 """One request's token state as the scheduler and runner see it."""
 from __future__ import annotations
 
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Optional
 
@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from zllm_core.cache.prefix_cache import CacheRequest
-from zllm_core.cache.token_ids import TOKEN_DTYPE, TokenIds
+from zllm_core.cache.block_table import BlockTable
+from zllm_core.cache.token_ids import TOKEN_DTYPE, JoinedTokens, TokenIds, frozen_tokens
 from zllm_core.engine.ngram_drafter import Drafter
 from zllm_core.engine.sampling_params import SamplingParams
 
@@ -23,11 +24,11 @@ class Status(Enum):
 @dataclass(eq=False)
 class Sequence:
     request_id: str
-    prompt: InitVar[TokenIds]
+    prompt: np.ndarray  # int32 ids, read-only: held as given when frozen (the tokenizer's), never copied
     params: SamplingParams
     arrival: int
     status: Status = Status.WAITING
-    block_table: list[int] = field(default_factory=list)
+    block_table: BlockTable = field(default_factory=BlockTable)
     num_computed: int = 0  # leading tokens whose K/V sit in block_table
     num_cached: int = 0  # of those, how many were adopted from the prefix cache
     finish_reason: Optional[str] = None
@@ -39,40 +40,46 @@ class Sequence:
     num_accepted: int = 0  # of those, how many the model agreed with
     prompt_len: int = field(init=False)
     num_tokens: int = field(init=False)
-    # Prompt then outputs in one growable array: the prompt is copied in once, and the cache
-    # and runner read slices of it without building Python ints.
-    _buffer: np.ndarray = field(init=False, repr=False)
+    # The outputs, then any draft, in a growable array after the prompt: a 300K-token prompt
+    # is not copied to make room for them (see JoinedTokens).
+    _out: np.ndarray = field(init=False, repr=False)
     last_token: int = field(init=False)  # the token a decode runs, kept as an int (no buffer read)
     num_draft: int = field(init=False, default=0)  # proposed tokens after the end of the buffer's tokens
 
-    def __post_init__(self, prompt: TokenIds) -> None:
-        self.prompt_len = self.num_tokens = len(prompt)
-        self._buffer = np.empty(self.prompt_len + min(self.params.max_tokens, 256), dtype=TOKEN_DTYPE)
-        self._buffer[:self.prompt_len] = prompt
-        self.last_token = int(self._buffer[self.prompt_len - 1])
+    def __post_init__(self) -> None:
+        self.prompt = frozen_tokens(self.prompt)
+        self.prompt_len = self.num_tokens = len(self.prompt)
+        self._out = np.empty(min(self.params.max_tokens, 256), dtype=TOKEN_DTYPE)
+        self.last_token = int(self.prompt[-1])
 
     @property
-    def token_ids(self) -> np.ndarray:
-        """Prompt and outputs so far, as a read-only view."""
-        view = self._buffer[:self.num_tokens]
-        view.flags.writeable = False
-        return view
+    def token_ids(self) -> TokenIds:
+        """Prompt and outputs so far, read-only: the prompt itself until the first output."""
+        if self.num_tokens == self.prompt_len:
+            return self.prompt
+        out = self._out[:self.num_output]
+        out.flags.writeable = False
+        return JoinedTokens(self.prompt, out)
 
     @property
     def draft(self) -> np.ndarray:
-        return self._buffer[self.num_tokens:self.num_tokens + self.num_draft]
+        return self._out[self.num_output:self.num_output + self.num_draft]
 
     def token_at(self, i: int) -> int:
         """Token ``i`` (a draft's included), without building a view of them all."""
-        return self.last_token if i == self.num_tokens - 1 else int(self._buffer[i])
+        if i == self.num_tokens - 1:
+            return self.last_token
+        return int(self.prompt[i] if i < self.prompt_len else self._out[i - self.prompt_len])
 
     def ids(self, start: int, length: int) -> np.ndarray:
         """Tokens ``start:start + length`` to run, the draft's included."""
-        return self._buffer[start:start + length]
+        return JoinedTokens(self.prompt, self._out[:self.num_output + self.num_draft])[start:start + length]
 
     def append(self, token: int) -> None:
-        self._reserve(1)
-        self._buffer[self.num_tokens] = token
+        n = self.num_tokens - self.prompt_len  # once per token of every decode: no property calls
+        if n == len(self._out):
+            self._reserve(1)
+        self._out[n] = token
         self.num_tokens += 1
         self.num_draft = 0
         self.last_token = token
@@ -80,14 +87,14 @@ class Sequence:
     def propose(self, draft: np.ndarray) -> None:
         """Tokens the next step verifies after the last one (kept past the end, not appended)."""
         self._reserve(len(draft))
-        self._buffer[self.num_tokens:self.num_tokens + len(draft)] = draft
+        self._out[self.num_output:self.num_output + len(draft)] = draft
         self.num_draft = len(draft)
 
     def _reserve(self, n: int) -> None:
-        if self.num_tokens + n > len(self._buffer):
-            grown = np.empty(2 * (self.num_tokens + n), dtype=TOKEN_DTYPE)
-            grown[:self.num_tokens] = self._buffer[:self.num_tokens]
-            self._buffer = grown
+        if self.num_output + n > len(self._out):
+            grown = np.empty(2 * (self.num_output + n), dtype=TOKEN_DTYPE)
+            grown[:self.num_output] = self._out[:self.num_output]
+            self._out = grown
 
     @property
     def num_uncomputed(self) -> int:

@@ -17,6 +17,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from zllm_core.cache.block_table import BlockTable
 from zllm_core.engine.scheduler import Batch
 from zllm_core.model.attention_backend import AttentionMetadata
 
@@ -56,14 +57,14 @@ class InputBuffers:
         # One Python pass over the chunks, into one array: a numpy call costs more than a
         # Python expression per chunk (several times more when a forward has just evicted
         # numpy's code and data from the caches), so a decode step makes as few as it can.
-        starts, lengths, logits, firsts, first_slots = np.array(
-            [(c.start, c.length, c.num_logits, c.seq.token_at(c.start),
-              c.seq.block_table[c.start // bs] * bs + c.start % bs) for c in chunks], dtype=np.int64).T.copy()
+        starts, lengths, logits, firsts = np.array(
+            [(c.start, c.length, c.num_logits, c.seq.token_at(c.start)) for c in chunks], dtype=np.int64).T.copy()
         at = batch.num_tokens
         ids = self._ids
         if at == n:  # one token a chunk (decodes): the chunks' columns are the token arrays
             ids[:n] = firsts
-            positions, slots, qsl = starts, first_slots, self._iota32[:n + 1]
+            slots = self.tables[self._iota[:n], starts // bs].astype(np.int64) * bs + starts % bs
+            positions, qsl = starts, self._iota32[:n + 1]
             ends = qsl[1:]
         else:
             ends = np.cumsum(lengths)
@@ -88,7 +89,7 @@ class InputBuffers:
                        np.repeat(ends - np.cumsum(logits), logits) + self._iota[:num_logits])
         return StepInputs(to(ids[:at]), to(positions), meta, split, to(sample_rows))
 
-    def _place(self, row: int, request_id: str, table: list[int]) -> None:
+    def _place(self, row: int, request_id: str, table: BlockTable) -> None:
         """Put the request's table in ``row`` (moving whatever is there), synced to ``table``."""
         at = self._rows.get(request_id)
         if at is None:  # its first step: a free row, made this one
@@ -96,10 +97,10 @@ class InputBuffers:
             self._rows[request_id], self._owners[at], self._synced[at] = at, request_id, 0
         if at != row:
             self._swap(at, row)
-        done = self._synced[row]
-        if len(table) > done:
-            self.tables[row, done:len(table)] = table[done:]
-            self._synced[row] = len(table)
+        done, n = self._synced[row], len(table)
+        if n > done:
+            self.tables[row, done:n] = table[done:]
+            self._synced[row] = n
 
     def _swap(self, a: int, b: int) -> None:
         width = max(self._synced[a], self._synced[b])
