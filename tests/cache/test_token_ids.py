@@ -57,3 +57,10 @@ def test_frozen_tokens_hold_a_read_only_array_as_it_is_and_copy_anything_writabl
         assert not is_frozen(arg) and is_frozen(held) and not np.shares_memory(held, writable)
     joined = frozen_tokens(JoinedTokens(ids, writable))
     assert np.shares_memory(joined.head, ids) and not np.shares_memory(joined.tail, writable)
+
+
+def test_views_of_one_buffer_share_what_both_reach_and_other_layouts_are_compared():
+    buffer = np.arange(64, dtype=np.uint32)
+    assert common_prefix(buffer[:40], buffer) == 40
+    assert common_prefix(buffer[:40].view(np.int32), buffer[:50]) == 40
+    assert common_prefix(buffer[::2], buffer) == 1  # the same address, another stride: 0, 2 vs 0, 1

@@ -4,7 +4,9 @@ Each prompt of a conversation is the previous prompt, its generation and some ne
 generation recorded is its prompt and the generated ids. Concatenating them copies the whole
 context every turn (a megabyte at 300K tokens, twice). Instead they are read-only views of
 one buffer: an extension writes past the end of everything handed out so far, so no view
-ever sees a change, and only a branch (an extension of an earlier view) copies.
+ever sees a change, and only a branch (an extension of an earlier view) copies. The buffer is
+read-only between extensions, so its views are frozen arrays (cache/token_ids.py) that the
+engine holds as they are instead of copying them.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ class IdRun:
         self._data = np.empty(max(16, int(n * GROWTH)), dtype=head.dtype)
         self._data[:len(head)] = head
         self._data[len(head):n] = tail
+        self._data.flags.writeable = False
         self._end = n
         self._lock = threading.Lock()  # two requests may extend one conversation at once
 
@@ -40,7 +43,10 @@ class IdRun:
                     grown = np.empty(int((n + m) * GROWTH), dtype=self._data.dtype)
                     grown[:n] = self._data[:n]
                     self._data = grown
+                # Writable only while it writes, and only past every view handed out.
+                self._data.flags.writeable = True
                 self._data[n:n + m] = tail
+                self._data.flags.writeable = False
                 self._end = n + m
                 return self._view(n + m), self
         return IdRun.of(ids, tail)
