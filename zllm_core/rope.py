@@ -17,7 +17,7 @@ MAX_DEPTH = 64
 
 
 class Rope:
-    __slots__ = ("head", "tail", "depth", "_len")
+    __slots__ = ("head", "tail", "depth", "_len", "__weakref__")
 
     def __init__(self, head: Text, tail: str):
         if isinstance(head, Rope) and head.depth >= MAX_DEPTH:

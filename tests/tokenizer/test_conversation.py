@@ -7,6 +7,7 @@ import logging
 import numpy as np
 import pytest
 
+from zllm_core.rope import Rope, flat
 from zllm_core.tokenizer.conversation import ConversationTokenizer
 from zllm_core.tokenizer.incremental import IncrementalTokenizer
 
@@ -82,3 +83,17 @@ def test_a_conversation_forked_from_a_longer_one_keeps_finding_its_own_spans(con
     conversations.record(fork, compacted, answer(qwen))
     later = conversations.encode(compacted + "hello" + NEXT)
     assert later.session == fork.session and later.exact_chars == len(compacted) + 5
+
+
+def test_a_keyless_conversation_is_found_by_the_prompt_it_extends(qwen):
+    """A rope over the previous prompt names its conversation without a key or a text lookup
+    (the whole text is never made), and gives the ids the plain-string path gives."""
+    ropes, strings = (ConversationTokenizer(IncrementalTokenizer(qwen, allowed_special="all")) for _ in range(2))
+    text, prefix = PROMPT, None
+    for turn in range(4):
+        a, b = ropes.encode(text, prefix=prefix), strings.encode(flat(text))
+        assert np.array_equal(a.ids, b.ids) and a.conversation == ropes.encode(flat(text)).conversation
+        ropes.record(a, text, answer(qwen))
+        strings.record(b, flat(text), answer(qwen))
+        prefix, text = text, Rope(text, f"hello{NEXT}Step {turn}.")
+    assert ropes.stats.identified == 2  # turns 2 and 3: turn 1 extends a plain string

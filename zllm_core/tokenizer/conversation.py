@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import uuid
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
-from zllm_core.rope import Text, flat, suffix_from
+from zllm_core.rope import Rope, Text, flat, suffix_from
 from zllm_core.tokenizer.exact_spans import ExactSpans, Span
 from zllm_core.tokenizer.id_run import IdRun
 from zllm_core.tokenizer.incremental import IncrementalTokenizer
+from zllm_core.tokenizer.session_store import Session
 
 log = logging.getLogger("zllm.tokenizer")
 
@@ -49,20 +52,24 @@ class ExactStats:
     hits: int = 0  # prompts that began with a recorded span
     tokens: int = 0  # tokens those spans gave
     near_misses: int = 0  # a longer recorded span differed from the rendered text
+    identified: int = 0  # keyless prompts whose session the prompt they extend named
 
 
 class ConversationTokenizer:
     def __init__(self, tokens: IncrementalTokenizer):
         self.tokens = tokens
         self.stats = ExactStats()
+        # A prompt kept as a rope -> its session; entries go with the prompt (renderer states
+        # and spans hold it while its conversation can continue).
+        self._extended: weakref.WeakKeyDictionary[Rope, int] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
 
     def encode(self, text: Text, scope: str = "", key: str | None = None,
                prefix: Text | None = None) -> ConversationIds:
         """`prefix`: a text object `text` is known to start with (the previous prompt it was
         rendered from), which proves recorded spans by identity instead of by comparison; a
         continuing conversation's `text` (a rope over `prefix`) is then never made whole."""
-        session = self.tokens.find(None, scope, key) if key is not None else None
-        session = session or self.tokens.find(flat(text), scope, key)
+        session = self._session(text, scope, key, prefix)
         spans = session.spans if session is not None else ExactSpans()
         span = spans.longest_prefix_of(text, prefix)
         self._check_near_miss(spans, span, text, prefix)
@@ -74,8 +81,24 @@ class ConversationTokenizer:
             self.stats.hits += 1
             self.stats.tokens += len(span.ids)
         self.tokens.add_span(session.id, Span(ids, text, run=run))
+        if isinstance(text, Rope):  # the next turn, a rope over this one, finds the session by it
+            with self._lock:
+                self._extended[text] = session.id
         return ConversationIds(ids, key or f"{_PROCESS}-{session.id}", session.id,
                                len(span) if span is not None else 0, run)
+
+    def _session(self, text: Text, scope: str, key: str | None, prefix: Text | None) -> Session | None:
+        """The conversation's tokenizer session: by its key; without one, by the prompt object
+        `text` extends (a keyless conversation's identity is its text); else by the longest
+        text prefix, for which a rope is made whole."""
+        if key is not None:
+            session = self.tokens.find(None, scope, key)
+        else:
+            with self._lock:
+                known = self._extended.get(prefix) if isinstance(prefix, Rope) else None
+            session = self.tokens.continued(known, scope) if known is not None else None
+            self.stats.identified += session is not None
+        return session or self.tokens.find(flat(text), scope, key)
 
     def record(self, prompt: ConversationIds, prompt_text: Text, generated: np.ndarray) -> None:
         """The model answered `prompt` (its text `prompt_text`) with `generated`: the span of
@@ -87,7 +110,8 @@ class ConversationTokenizer:
 
     def metrics(self) -> dict[str, int]:
         s = self.stats
-        return {"exact_hits": s.hits, "exact_tokens": s.tokens, "exact_near_misses": s.near_misses}
+        return {"exact_hits": s.hits, "exact_tokens": s.tokens, "exact_near_misses": s.near_misses,
+                "exact_identified": s.identified}
 
     def _extend(self, span: Span, text: Text) -> tuple[np.ndarray, IdRun | None]:
         rest = suffix_from(text, len(span))

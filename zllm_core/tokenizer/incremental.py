@@ -125,6 +125,16 @@ class IncrementalTokenizer:
                 self.store.touch(session)
             return session
 
+    def continued(self, session_id: int, scope: str) -> Session | None:
+        """Session `session_id` if still held in `scope`, marked recently used: for a caller
+        that knows by identity which conversation a text continues."""
+        with self._lock:
+            session = self.store.get(session_id)
+            if session is None or session.scope != scope:
+                return None
+            self.store.touch(session)
+            return session
+
     def add_span(self, session_id: int, span: Span) -> None:
         """Records `span` with its session, if the session is still held (exact_spans.py)."""
         with self._lock:
