@@ -89,7 +89,7 @@ def replay(calls: list[tuple[int, bytes]], texts: list[str], record: bool) -> li
     engine = BookkeepingEngine(bench_engine(600_000), end, tok.decode)
     prompts = PromptBuilder.from_model_dir(model_dir, tok)
     if not record:
-        prompts.record = lambda prompt, generated: None  # the peer: the history re-tokenized
+        prompts.record = lambda prompt, generated, scope="": None  # the peer: the history re-tokenized
     app = create_app(engine, prompts, ServerConfig(model_name="zllm-demo", max_body_bytes=1 << 30,
                                                    max_output_tokens=1 << 20))
     rows, previous = [], None
