@@ -15,6 +15,12 @@ multiprocessing.Event, whose is_set takes a lock the spinners share: each slept 
 ~14,000 times a second, and those wake-ups preempted the measured call up to 51 times in one
 call (0.11 ms of its own CPU in 2.3 ms), a load no build makes.
 
+A third row times the same calls on the path a server takes for a continuing conversation
+(server/prompt.py): the prompt a rope over the previous one (zllm_core/rope.py), given to
+ConversationTokenizer.encode with that previous prompt as the proof's identity, so only the
+appended text is tokenized (the row says what a request pays; the other two what a tokenizer
+call on a fresh string pays).
+
     PYTHONPATH=$PWD python bench/tokenize_tail.py [--context 1000000] [--calls 400] [--load 2]
 """
 from __future__ import annotations
@@ -32,21 +38,29 @@ import time
 from trace_replay import agent_trace, trace_text  # bench/ is on sys.path when run as a script
 
 
-def measure(context: int, append: int, calls: int, pause: float) -> list[tuple[float, float, bool]]:
+def measure(context: int, append: int, calls: int, pause: float, rope: bool) -> list[tuple[float, float, bool]]:
     """(wall ms, the calling thread's CPU ms, preempted) per encode call of a conversation
-    growing by `append` characters a call."""
+    growing by `append` characters a call; `rope`: on the server's path."""
     from zllm_core.model.model_names import resolve_model
+    from zllm_core.rope import Rope
+    from zllm_core.tokenizer.conversation import ConversationTokenizer
     from zllm_core.tokenizer import Tokenizer
     from zllm_core.tokenizer.incremental import IncrementalTokenizer
 
     tok = IncrementalTokenizer(Tokenizer.from_pretrained(resolve_model("zllm-demo")), shadow_rate=0.0)
     text = trace_text(agent_trace(), context + append * (calls + 1))
-    tok.encode(text[:context], key="c")
+    conversation = ConversationTokenizer(tok) if rope else None
+    prompt = text[:context]
+    tok.encode(prompt, key="c") if conversation is None else conversation.encode(prompt, key="c")
     calls_seen = []
     for k in range(1, calls + 1):
-        prompt = text[:context + k * append]
+        previous, piece = prompt, text[context + (k - 1) * append:context + k * append]
+        prompt = Rope(previous, piece) if rope else text[:context + k * append]
         switches, cpu, start = _preemptions(), time.thread_time(), time.perf_counter()
-        tok.encode(prompt, key="c")
+        if conversation is None:
+            tok.encode(prompt, key="c")
+        else:
+            conversation.encode(prompt, key="c", prefix=previous)
         wall = time.perf_counter() - start
         calls_seen.append((wall * 1e3, (time.thread_time() - cpu) * 1e3, _preemptions() > switches))
         time.sleep(pause)
@@ -63,10 +77,15 @@ def _spin(stop) -> None:
         pass
 
 
-def run_mode(one_thread: bool, args) -> list[tuple[float, float, bool]]:
-    env = {**os.environ, "ZLLM_SCAN_THREADS": "1" if one_thread else "0"}
+MODES = {"one thread": ("1", False), "two threads": ("0", False), "server path": ("0", True)}
+
+
+def run_mode(mode: str, args) -> list[tuple[float, float, bool]]:
+    threads, rope = MODES[mode]
+    env = {**os.environ, "ZLLM_SCAN_THREADS": threads}
     out = subprocess.run([sys.executable, __file__, "--child", "--context", str(args.context), "--append",
-                          str(args.append), "--calls", str(args.calls), "--pause", str(args.pause)],
+                          str(args.append), "--calls", str(args.calls), "--pause", str(args.pause),
+                          *(["--rope"] if rope else [])],
                          env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -79,9 +98,10 @@ def main() -> None:
     ap.add_argument("--pause", type=float, default=0.005, help="seconds between calls")
     ap.add_argument("--load", type=int, default=os.cpu_count(), help="spinning processes while loaded")
     ap.add_argument("--child", action="store_true")
+    ap.add_argument("--rope", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(measure(args.context, args.append, args.calls, args.pause)))
+        print(json.dumps(measure(args.context, args.append, args.calls, args.pause, args.rope)))
         return
     rows = []
     for loaded in (False, True):
@@ -90,26 +110,26 @@ def main() -> None:
         for p in spinners:
             p.start()
         try:
-            for one_thread in (True, False):
-                rows.append((loaded, one_thread, run_mode(one_thread, args)))
+            for mode in MODES:
+                rows.append((loaded, mode, run_mode(mode, args)))
         finally:
             stop.value = 1
             for p in spinners:
                 p.join()
     print(f"context {args.context:,} chars, +{args.append} a call, {args.calls} calls, "
           f"{args.pause * 1e3:.0f} ms apart; load: {args.load} spinning processes")
-    print(f"{'host':<8} {'proof':<12} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'p99 vs one thread':>18}"
+    print(f"{'host':<8} {'path':<12} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'p99 vs one thread':>18}"
           f" {'cpu p50 ms':>10} {'cpu p99 ms':>10} {'over 1 ms':>9} {'preempted':>9}")
     peer = {}
-    for loaded, one_thread, calls in rows:
+    for loaded, mode, calls in rows:
         times = [wall for wall, _, _ in calls]
         q = statistics.quantiles(times, n=100)
         p50, p90, p99 = q[49], q[89], q[98]
         cpu = statistics.quantiles([c for _, c, _ in calls], n=100)
-        if one_thread:
+        if mode == "one thread":
             peer[loaded] = p99
-        ratio = "" if one_thread else f"{p99 / peer[loaded]:.2f}x"
-        print(f"{'busy' if loaded else 'idle':<8} {'one thread' if one_thread else 'two threads':<12} "
+        ratio = "" if mode == "one thread" else f"{p99 / peer[loaded]:.2f}x"
+        print(f"{'busy' if loaded else 'idle':<8} {mode:<12} "
               f"{p50:8.3f} {p90:8.3f} {p99:8.3f} {max(times):8.3f} {ratio:>18} {cpu[49]:10.3f} {cpu[98]:10.3f} "
               f"{sum(t > 1.0 for t in times):9d} {sum(p for _, _, p in calls):9d}")
 
