@@ -29,12 +29,25 @@ class SqliteDatabase:
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._db = self._open()
+            self._db = self._open_when_free()
         except sqlite3.DatabaseError as exc:
             if path == ":memory:" or _locked(exc):
                 raise
             self._move_aside(exc)
-            self._db = self._open()
+            self._db = self._open_when_free()
+
+    def _open_when_free(self) -> sqlite3.Connection:
+        """`_open`, again while another process holds the file's lock, up to `busy_seconds`:
+        switching a new file to WAL takes its lock without waiting in SQLite's busy handler, so
+        two processes opening one new store at once could fail without this."""
+        deadline = time.monotonic() + self.busy_seconds
+        while True:
+            try:
+                return self._open()
+            except sqlite3.OperationalError as exc:
+                if not _locked(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005)
 
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.where, check_same_thread=False, isolation_level=None, timeout=self.busy_seconds)
