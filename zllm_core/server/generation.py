@@ -168,7 +168,8 @@ class Generation:
         finally:
             admitted.ticket.release()
         if last.finish_reason in ("stop", "length"):  # not an abort: the client has no answer to resend
-            # Off the loop: it copies the prompt's ids and may wait for another prompt's build.
+            # Off the loop: it decodes the answer and may wait for another prompt's build (the
+            # tokenizer's lock); the ids themselves are extended in place (tokenizer/id_run.py).
             await asyncio.to_thread(self.prompts.record, admitted.prompt, np.asarray(generated, np.uint32),
                                     admitted.tenant)
             self._hold_terminal(admitted, hint, len(admitted.prompt.token_ids) + len(generated))
