@@ -276,8 +276,7 @@ void SessionText::replace_from(PyObject* str, size_t shared) {
   const StrStorage s(str);
   const Text& old = *text_;
   const size_t first = std::min({shared, old.size, s.size}) / kChunk;  // chunks before it are kept
-  // Widths first, checked against the 4 GB limit before anything changes; then one resize:
-  // exact for a text built afresh, geometric for appends.
+  // Widths first, checked against the 4 GB limit before anything changes; then one resize.
   const size_t count = (s.size + kChunk - 1) / kChunk;
   std::vector<uint32_t> widths(count > first ? count - first : 0);
   const size_t kept = first < old.chunks.size() ? old.chunks[first].offset : old.data.size();  // bytes
@@ -301,6 +300,10 @@ void SessionText::replace_from(PyObject* str, size_t shared) {
     text_ = std::move(own);
   }
   Text& t = *text_;
+  if (t.data.capacity() < end) {  // a text built afresh leaves room for the appends that follow
+    t.data.reserve(std::max(end + end / kHeadroom, 2 * t.data.capacity()));
+    t.chunks.reserve(std::max(count + count / kHeadroom, 2 * t.chunks.capacity()));
+  }
   size_t offset = kept;
   t.chunks.resize(count);
   t.data.resize(end);

@@ -90,6 +90,25 @@ def address(ids) -> int:
     return ids.__array_interface__["data"][0]
 
 
+def test_a_new_session_has_room_for_its_first_appends(tokenizers):
+    """A session's text and tokens are stored with room to spare: its first resends append in
+    place. Outgrowing them at the first resend copied both into freshly mapped pages (~0.45 ms
+    at 1M characters), once per conversation."""
+    tok = tokenizers["qwen2"]
+    inc = IncrementalTokenizer(tok, shadow_rate=0)
+    text = LINES * 400
+    buffer = address(inc.encode(text, "s", key="k"))
+    session = inc.store.find("s", "", "k")
+    sizes = session.tokens.nbytes, session.text.nbytes
+    for i in range(10):
+        text += f"turn {i}: " + "x = [1, 2, 3]\n" * 10
+        ids = inc.encode(text, "s", key="k")
+        assert ids.tolist() == tok.encode(text, allowed_special="all")
+        del ids
+    assert (session.tokens.nbytes, session.text.nbytes) == sizes
+    assert address(inc.encode(text, "s", key="k")) == buffer
+
+
 def test_returned_ids_never_change_as_the_session_moves_on(tokenizers):
     """A held result keeps its tokens while later calls rewrite the session's tail (the run
     moves to fresh buffers); with no result held, a call rewrites the tail in place."""

@@ -49,7 +49,9 @@ def test_a_wide_character_costs_only_its_chunk():
     text = "x" * 100_000 + "😀" + "y" * 100_000
     compact = _native.SessionText(text)
     assert str(compact) == text
-    assert compact.nbytes < 1.05 * len(text)  # a str of this text takes 4 bytes a character
+    # A str of this text takes 4 bytes a character; the session text 1, and an eighth more
+    # kept free for appends.
+    assert compact.nbytes < 1.2 * len(text)
     assert compact.common_prefix(text.replace("😀", "😁")) == 100_000
     assert compact.common_prefix(text.encode("ascii", "replace").decode()) == 100_000
 
