@@ -1,11 +1,14 @@
 #include "scan_helper.h"
 
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -69,31 +72,27 @@ void ScanHelper::keep_off(int cpu) {
 bool ScanHelper::post(std::shared_ptr<Scan> scan) {
   if (taken_.exchange(true)) return false;
   keep_off(sched_getcpu());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    posted_ = std::move(scan);
-  }
-  posted_cv_.notify_one();
+  slot_.store(new std::shared_ptr<Scan>(std::move(scan)), std::memory_order_release);
+  posts_.fetch_add(1, std::memory_order_release);
+  syscall(SYS_futex, &posts_, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);  // never blocks
   return true;
 }
 
 void ScanHelper::release() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    posted_.reset();  // not joined yet: it never will be, and what it pins is let go now
-  }
+  // Not joined yet: it never will be, and what it pins is let go now.
+  delete slot_.exchange(nullptr, std::memory_order_acq_rel);
   taken_ = false;
 }
 
 void ScanHelper::serve() {
   for (;;) {
-    std::shared_ptr<Scan> scan;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      posted_cv_.wait(lock, [&] { return posted_ != nullptr; });
-      scan = std::move(posted_);
+    const uint32_t seen = posts_.load(std::memory_order_acquire);
+    std::unique_ptr<std::shared_ptr<Scan>> scan(slot_.exchange(nullptr, std::memory_order_acq_rel));
+    if (scan == nullptr) {  // sleeps unless a post came after `seen`
+      syscall(SYS_futex, &posts_, FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0);
+      continue;
     }
-    scan->claim();
+    (*scan)->claim();
     // Letting go here may destroy the scan and what its predicate holds, on this thread.
   }
 }

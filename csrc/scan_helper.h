@@ -18,12 +18,10 @@
 #include <sched.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 
 namespace zllm {
 
@@ -71,10 +69,12 @@ class ScanHelper {
   pthread_t thread_;
   int kept_off_ = -1;  // the CPU the helper may not use (under taken_)
 
+  // The hand-over takes no lock the helper could hold: a mutex and condition variable did, and
+  // at the lowest priority on a busy core the helper can wait milliseconds for a CPU while
+  // holding one (glibc's signal also waits for a woken waiter to run), so a caller waited on it.
   std::atomic<bool> taken_{false};  // a scan is posted and its caller has not released it
-  std::mutex mu_;
-  std::condition_variable posted_cv_;
-  std::shared_ptr<Scan> posted_;  // the scan for the helper to join (under mu_)
+  std::atomic<std::shared_ptr<Scan>*> slot_{nullptr};  // the posted scan until the helper takes it
+  std::atomic<uint32_t> posts_{0};  // the futex the helper sleeps on: bumped by every post
 };
 
 // The smallest s in [0, count) with ok(s) false, or count: on two threads when `helper` is
