@@ -84,17 +84,23 @@ bool skip_value(Cursor& c) {
   return false;
 }
 
-// Items of the array whose '[' is at c.p; appends where each ends. p ends past the ']'.
-bool scan_items(Cursor& c, std::vector<size_t>& ends, const char* base) {
-  ++c.p;
-  c.skip_ws();
-  if (!c.done() && c.peek() == ']') { ++c.p; return true; }
+// Items from c.p (at least one) to the array's ']'; appends where each ends. p ends past the
+// ']'. A ']' or ',' where an item should start is refused (skip_value reads no value there).
+bool scan_rest(Cursor& c, std::vector<size_t>& ends, const char* base) {
   while (true) {
     if (!skip_value(c)) return false;
     ends.push_back(c.p - base);
     if (c.eat(']')) return true;
     if (!c.eat(',')) return false;
   }
+}
+
+// Items of the array whose '[' is at c.p; appends where each ends. p ends past the ']'.
+bool scan_items(Cursor& c, std::vector<size_t>& ends, const char* base) {
+  ++c.p;
+  c.skip_ws();
+  if (!c.done() && c.peek() == ']') { ++c.p; return true; }
+  return scan_rest(c, ends, base);
 }
 
 struct Member {
@@ -183,14 +189,7 @@ py::object items_after(const py::bytes& body, size_t at, const std::string& key)
     if (c.eat(',')) {
       c.skip_ws();
       first = c.p - text.data();
-      // The items after, as if the array opened just before them.
-      ok = !c.done() && c.peek() != ']' && c.peek() != ',';
-      while (ok) {
-        if (!skip_value(c)) { ok = false; break; }
-        ends.push_back(c.p - text.data());
-        if (c.eat(']')) break;
-        if (!c.eat(',')) ok = false;
-      }
+      ok = scan_rest(c, ends, text.data());  // the items after, as if the array opened before them
     } else if (!c.done() && c.peek() == ']') {
       first = c.p - text.data();
       ++c.p;

@@ -75,8 +75,7 @@ class ConversationClock:
         updates its size; one another conversation held moves here), then the least recently
         used conversations are released down to the budget."""
         with self._lock:
-            conv = self._lru.pop(conversation, None) or _Conversation()
-            self._lru[conversation] = conv
+            conv = self._newest(conversation)
             released = [old for h in held for old in self._hold(conversation, conv, h)]
             released = self._counted(released + self._evict())
         _release(released)
@@ -96,8 +95,7 @@ class ConversationClock:
         """While the block runs the conversation is not evicted (the budget may be exceeded
         while every conversation over it is running)."""
         with self._lock:
-            conv = self._lru.pop(conversation, None) or _Conversation()
-            self._lru[conversation] = conv
+            conv = self._newest(conversation)
             conv.users += 1
         try:
             yield
@@ -114,6 +112,12 @@ class ConversationClock:
             return list(conv.held.values()) if conv is not None else []
 
     # ---- under the lock
+    def _newest(self, name: Hashable) -> _Conversation:
+        """The conversation, made the most recently used (new if unknown)."""
+        conv = self._lru.pop(name, None) or _Conversation()
+        self._lru[name] = conv
+        return conv
+
     def _hold(self, name: Hashable, conv: _Conversation, held: Held) -> list[Held]:
         slot = (held.kind, held.key)
         owner = self._owner.get(slot)

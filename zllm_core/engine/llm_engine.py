@@ -217,7 +217,7 @@ class LLMEngine:
     def forget(self, cache: CacheHint) -> None:
         """The conversation `cache` names has been released by the server: the cache drops its
         terminal states (its blocks stay, evictable)."""
-        self.kv.forget(CacheRequest(cache.scope(self.scope).digest(), cache.cache_id))
+        self.kv.forget(CacheRequest(self._scope_digest(cache), cache.cache_id))
 
     def abort_all(self) -> list[str]:
         ids = list(self._seqs)

